@@ -1,0 +1,15 @@
+"""jaxattn: the dynamics of attention in JAX.
+
+- `jaxattn.dynamics`: tokens as interacting particles on the sphere (LSA / USA / SA), the
+  d = 2 Kuramoto–Daido, Watanabe–Strogatz and Ott–Antonsen reductions, regimes, sweeps.
+- `jaxattn.plga`: Power Law Graph Attention and the PLDR-LLM decoder, training, caches and
+  collapse audits.
+- `jaxattn.sphere`: geometry of S^{d-1}.
+
+Importing jaxattn changes no global JAX setting (float64 is the caller's choice:
+`jax.config.update("jax_enable_x64", True)`).
+"""
+
+from . import dynamics as dynamics, sphere as sphere
+
+__version__ = "0.1.0"

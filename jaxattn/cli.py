@@ -1,0 +1,47 @@
+"""The `jaxattn` command. Each sub-command lives beside the code it drives and registers
+itself here; heavy imports happen only when a sub-command runs."""
+
+import argparse
+import importlib
+import sys
+
+# (module, register function): each adds its sub-parsers to the shared sub-parser set.
+_COMMANDS = (
+    ("jaxattn.dynamics._cli", "register"),
+    ("jaxattn.plga._cli", "register"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jaxattn",
+        description="Dynamics of attention in JAX: particle flows on the sphere, regime "
+        "atlas, Power Law Graph Attention (PLDR-LLM) training and collapse audits.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name, fn in _COMMANDS:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name == module_name:
+                continue
+            raise
+        getattr(module, fn)(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"jaxattn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

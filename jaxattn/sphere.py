@@ -1,0 +1,98 @@
+"""The unit sphere S^{d-1}: tangent projection, normalisation, uniform sampling, distances.
+
+All functions act on the last axis and broadcast over leading axes. They are safe at the
+points where the naive formulas have singular derivatives (zero vectors, coincident points),
+so `jax.grad` through them never returns NaN there.
+"""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+__all__ = ["project_tangent", "normalise", "safe_norm", "sample_uniform", "geodesic_distance"]
+
+
+def safe_norm(x: Float[Array, "... d"], *, keepdims: bool = False) -> Float[Array, "..."]:
+    """Euclidean norm over the last axis with a finite (zero) gradient at `x = 0`.
+
+    **Arguments:**
+
+    - `x`: array of shape `(..., d)`.
+    - `keepdims`: keep the reduced axis as size 1.
+
+    **Returns:** `|x|` of shape `(...)` (or `(..., 1)`).
+    """
+    sq = jnp.sum(x * x, axis=-1, keepdims=keepdims)
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
+
+
+def normalise(x: Float[Array, "... d"]) -> Float[Array, "... d"]:
+    """Radial projection `x / |x|` onto S^{d-1}.
+
+    A zero vector is returned unchanged (zero), with a finite gradient; callers that must
+    reject zero tokens check for them explicitly (see `jaxattn.dynamics.simulate`).
+
+    **Arguments:** `x` of shape `(..., d)`.
+
+    **Returns:** an array of the same shape with unit rows (zero rows stay zero).
+    """
+    norm = safe_norm(x, keepdims=True)
+    return x / jnp.where(norm > 0, norm, 1)
+
+
+def project_tangent(x: Float[Array, "... d"], v: Float[Array, "... d"]) -> Float[Array, "... d"]:
+    """Tangent projection `P⊥_x v = v − <x, v> x` at a point `x` of the sphere.
+
+    `x` is assumed to be a unit vector; for a point off the sphere project at
+    `normalise(x)` instead (applying `I − x xᵀ` at `|x| ≠ 1` makes the sphere repelling).
+
+    **Arguments:**
+
+    - `x`: points on the sphere, shape `(..., d)`.
+    - `v`: vectors, shape `(..., d)` (broadcast against `x`).
+
+    **Returns:** the tangent components, shape of the broadcast.
+
+    Source: Geshkovski et al., *A mathematical perspective on Transformers*, eq. (1.1).
+    """
+    return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
+
+
+def sample_uniform(
+    key: PRNGKeyArray, n: int, d: int, *, dtype=None
+) -> Float[Array, "n d"]:
+    """`n` independent points drawn from the uniform (Haar) measure on S^{d-1}.
+
+    **Arguments:**
+
+    - `key`: a JAX PRNG key.
+    - `n`: number of tokens (≥ 1).
+    - `d`: ambient dimension (≥ 2).
+    - `dtype`: floating dtype; the default float dtype of JAX if omitted.
+
+    **Returns:** tokens of shape `(n, d)` with unit rows.
+
+    **Raises:** `ValueError` if `n < 1` or `d < 2`.
+    """
+    if int(n) < 1:
+        raise ValueError(f"sample_uniform: need n >= 1 tokens, got n={n}.")
+    if int(d) < 2:
+        raise ValueError(f"sample_uniform: need dimension d >= 2, got d={d}.")
+    if dtype is None:
+        dtype = jnp.result_type(float)
+    g = jax.random.normal(key, (int(n), int(d)), dtype=dtype)
+    return normalise(g)
+
+
+def geodesic_distance(x: Float[Array, "... d"], y: Float[Array, "... d"]) -> Float[Array, "..."]:
+    """Great-circle distance `arccos <x, y>` between unit vectors, in radians.
+
+    Evaluated as `2 atan2(|x − y|, |x + y|)`, which is accurate near 0 and π and has a
+    finite gradient at coincident and antipodal points (where `arccos` does not).
+
+    **Arguments:** `x`, `y` unit vectors of shape `(..., d)`.
+
+    **Returns:** distances in `[0, π]`, shape `(...)`.
+    """
+    return 2 * jnp.arctan2(safe_norm(x - y), safe_norm(x + y))
