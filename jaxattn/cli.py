@@ -7,8 +7,10 @@ import sys
 
 # (module, register function): each adds its sub-parsers to the shared sub-parser set.
 _COMMANDS = (
-    ("jaxattn.dynamics._cli", "register"),
-    ("jaxattn.plga._cli", "register"),
+    ("jaxattn.dynamics._cli", "register"),  # simulate
+    ("jaxattn.dynamics._cli_atlas", "register"),  # atlas
+    ("jaxattn.plga._cli", "register"),  # plga train / generate
+    ("jaxattn.plga._cli_audit", "register"),  # plga audit
 )
 
 
