@@ -10,7 +10,6 @@ _COMMANDS = (
     ("jaxattn.dynamics._cli", "register"),  # simulate
     ("jaxattn.dynamics._cli_atlas", "register"),  # atlas
     ("jaxattn.plga._cli", "register"),  # plga train / generate
-    ("jaxattn.plga._cli_audit", "register"),  # plga audit
 )
 
 
