@@ -1,0 +1,316 @@
+"""Power Law Graph Attention (PLGA), multi-head, on one sequence.
+
+Source: Gokden, *Power law graph attention: exact generalization of scaled dot-product
+attention, empirical collapse at inference* (2026); PLDR-LLM (arXiv 2410.16703, 2502.13502).
+The conventions are those of the reference implementation (see tests/fixtures/README.md).
+"""
+
+import math
+from typing import Literal, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+from ._metric_learner import LayerNorm, Linear, MetricLearner, xavier_uniform
+from ._rope import RopeStyle, apply_rope
+
+AttentionKind = Literal["plga", "sdpa"]
+
+
+class DeductiveOutputs(NamedTuple):
+    r"""The deductive outputs of one PLGA layer for one sequence.
+
+    - `A`: metric-learner output, `(heads, dk, dk)`.
+    - `A_LM`: metric tensor `iSwiGLU(W A + b_W) + ε`, `(heads, dk, dk)`.
+    - `A_P`: potential tensor `A_LM^{∘P}`, `(heads, dk, dk)`.
+    - `G_LM`: energy-curvature tensor `a A_P + b_a`, `(heads, dk, dk)`.
+    - `scores`: `q̃ G_LM k̃ᵀ/√dk` before the mask, `(heads, seq, seq)`.
+
+    With `causal_density=True` the four tensors carry a leading `seq` axis (one per query
+    position). Entries not computed (an injected `G`, or an SDPA layer) are `None`; an
+    injected `G` is reported as `G_LM`.
+    """
+
+    A: Array | None
+    A_LM: Array | None
+    A_P: Array | None
+    G_LM: Array | None
+    scores: Array
+
+
+def potential_power(x: Array, p: Array, epsilon: float) -> Array:
+    r"""`x^{∘p}` computed as `exp(p · log max(x, ε))`.
+
+    The base is floored at `max(ε, tiny(dtype))` so that `log` never sees 0 (ε = 1e-9 underflows
+    in float16) and the gradient `p x^{p−1}` stays finite; the exponent is capped at
+    `log(max(dtype)) − 2` so that a tiny base raised to a negative power saturates instead of
+    becoming `inf` (in float64 the cap is never reached by the reference models).
+    """
+    finfo = jnp.finfo(x.dtype)
+    floor = jnp.asarray(max(float(epsilon), float(finfo.tiny)), x.dtype)
+    z = p * jnp.log(jnp.maximum(x, floor))
+    return jnp.exp(jnp.minimum(z, jnp.asarray(math.log(float(finfo.max)) - 2.0, x.dtype)))
+
+
+def masked_softmax(scores: Array, allowed: Array) -> Array:
+    r"""Softmax over the last axis restricted to `allowed` keys.
+
+    Equal to the reference's `softmax(scores − 1e9·mask)` whenever a row has at least one allowed
+    key; a row with no allowed key returns zeros (the reference returns `softmax(scores)` there).
+    No `inf`/`NaN` forward or backward, whatever the size of the masked scores or the dtype.
+    """
+    neg = jnp.asarray(jnp.finfo(scores.dtype).min, scores.dtype)
+    s = jnp.where(allowed, scores, neg)
+    s = s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = jnp.where(allowed, jnp.exp(s), 0)
+    denom = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(denom > 0, denom, 1)
+
+
+def look_ahead_mask(seq: int) -> Bool[Array, "seq seq"]:
+    """`allowed[i, j] = j ≤ i` (True = query i may attend to key j)."""
+    return jnp.tril(jnp.ones((seq, seq), bool))
+
+
+class PowerLawGraphAttention(eqx.Module):
+    r"""Multi-head Power Law Graph Attention on one sequence (MATH.md Part 2, steps 1–7).
+
+    Per head, with `x` of shape `(seq, D)`:
+
+    1. `q, k, v` from biased linear maps; RoPE on `q, k` → `q̃, k̃`.
+    2. density operator `D = Σ_positions q̃ᵀq̃` (`dk × dk`, all positions, padding included);
+    3. `A = Φ(LN(D))`: LayerNorm of each row, then the residual SwiGLU metric learner on each row
+       (one learner for all heads);
+    4. `A_LM = iSwiGLU(W A + b_W) + ε`, `iSwiGLU(u) = u² σ(u)`, `W A` a per-head matrix product;
+    5. `A_P = A_LM^{∘P}` (elementwise power);
+    6. `G_LM = a A_P + b_a`;
+    7. `softmax_masked(q̃ G_LM k̃ᵀ / √dk) v`, heads concatenated, output projection.
+
+    `G_LM = I` is scaled dot-product attention exactly. `attention="sdpa"` builds that layer
+    without the metric learner and PLGA tensors (for benchmarks).
+
+    **Extension (ours, not in the reference):** `causal_density=True` replaces step 2 by the
+    prefix sums `D_i = Σ_{j ≤ i} q̃_jᵀ q̃_j`, so every query position gets its own `A, …, G_LM`
+    and the layer is causal (the reference layer is not: later tokens change earlier outputs).
+    The deductive tensors then have a leading `seq` axis.
+
+    **Arguments (init):** `d_model`, `num_heads`, `head_dim`, `A_dff`, `num_reslayerA`,
+    `num_denseA`; keyword: `rope_base`, `rope` (`"interleaved"` | `"half"`), `layer_norm_eps`,
+    `epsilon`, `causal_density`, `attention` (`"plga"` | `"sdpa"`), `key`, `dtype`.
+
+    Source: Gokden (2026), PLGA; PLDR-LLM v51 (arXiv 2410.16703, 2502.13502).
+    """
+
+    wq: Linear
+    wk: Linear
+    wv: Linear
+    dense: Linear
+    gram_norm: LayerNorm | None
+    metric_learner: MetricLearner | None
+    W: Float[Array, "heads dk dk"] | None
+    b_W: Float[Array, "heads dk dk"] | None
+    P: Float[Array, "heads dk dk"] | None
+    a: Float[Array, "heads dk dk"] | None
+    b_a: Float[Array, "heads dk dk"] | None
+    num_heads: int = eqx.field(static=True)
+    head_dim: int = eqx.field(static=True)
+    rope_base: float = eqx.field(static=True)
+    rope: RopeStyle = eqx.field(static=True)
+    epsilon: float = eqx.field(static=True)
+    causal_density: bool = eqx.field(static=True)
+    attention: AttentionKind = eqx.field(static=True)
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        head_dim: int,
+        A_dff: int,
+        num_reslayerA: int,
+        num_denseA: int,
+        *,
+        rope_base: float = 10000.0,
+        rope: RopeStyle = "interleaved",
+        layer_norm_eps: float = 1e-6,
+        epsilon: float = 1e-9,
+        causal_density: bool = False,
+        attention: AttentionKind = "plga",
+        key: PRNGKeyArray,
+        dtype=jnp.float32,
+    ):
+        if attention not in ("plga", "sdpa"):
+            raise ValueError(f"`attention` must be 'plga' or 'sdpa', got {attention!r}.")
+        if rope not in ("interleaved", "half"):
+            raise ValueError(f"`rope` must be 'interleaved' or 'half', got {rope!r}.")
+        if head_dim % 2:
+            raise ValueError(f"`head_dim` must be even for RoPE, got {head_dim}.")
+        kq, kk, kv, ko, kl, kW, kP, ka = jax.random.split(key, 8)
+        hd = num_heads * head_dim
+        self.wq = Linear(d_model, hd, key=kq, dtype=dtype)
+        self.wk = Linear(d_model, hd, key=kk, dtype=dtype)
+        self.wv = Linear(d_model, hd, key=kv, dtype=dtype)
+        self.dense = Linear(hd, d_model, key=ko, dtype=dtype)
+        self.num_heads = num_heads
+        self.head_dim = head_dim
+        self.rope_base = float(rope_base)
+        self.rope = rope
+        self.epsilon = float(epsilon)
+        self.causal_density = bool(causal_density)
+        self.attention = attention
+        if attention == "sdpa":
+            self.gram_norm = self.metric_learner = None
+            self.W = self.b_W = self.P = self.a = self.b_a = None
+            return
+        shape = (num_heads, head_dim, head_dim)
+        self.gram_norm = LayerNorm(head_dim, eps=layer_norm_eps, dtype=dtype)
+        self.metric_learner = MetricLearner(
+            head_dim, A_dff, num_reslayerA, num_denseA, eps=layer_norm_eps, key=kl, dtype=dtype
+        )
+        # Our initialisation (the reference's is not part of the port): W, a Xavier-uniform per
+        # head, small random exponents P ~ N(0, 0.1²), zero biases.
+        self.W = xavier_uniform(kW, shape, dtype)
+        self.b_W = jnp.zeros(shape, dtype)
+        self.P = 0.1 * jax.random.normal(kP, shape, dtype)
+        self.a = xavier_uniform(ka, shape, dtype)
+        self.b_a = jnp.zeros(shape, dtype)
+
+    # -- pieces (also used by the caches) ------------------------------------------------------
+
+    def project(
+        self, x: Float[Array, "seq D"], positions: Int[ArrayLike, " seq"]
+    ) -> tuple[Array, Array, Array]:
+        """`(q̃, k̃, v)`, each `(seq, heads, dk)`: biased projections, RoPE on `q` and `k`."""
+        seq = x.shape[0]
+        split = lambda y: y.reshape(seq, self.num_heads, self.head_dim)
+        q, k, v = split(self.wq(x)), split(self.wk(x)), split(self.wv(x))
+        q = apply_rope(q, positions, base=self.rope_base, style=self.rope)
+        k = apply_rope(k, positions, base=self.rope_base, style=self.rope)
+        return q, k, v
+
+    def density(
+        self, q: Float[Array, "seq heads dk"], weights: Float[Array, " seq"] | None = None
+    ) -> Array:
+        """Density operator `Σ_s w_s q̃_sᵀ q̃_s`: `(heads, dk, dk)`, or its prefix sums
+        `(seq, heads, dk, dk)` when `causal_density`. `weights` (0/1) drop positions (used
+        for unfilled cache slots); `None` keeps all, as the reference does."""
+        qw = q if weights is None else q * weights[:, None, None].astype(q.dtype)
+        if self.causal_density:
+            return jnp.cumsum(jnp.einsum("shm,shn->shmn", qw, q), axis=0)
+        return jnp.einsum("shm,shn->hmn", qw, q)
+
+    def metric(self, D: Array) -> Array:
+        """`A = Φ(LN(D))`, LayerNorm and learner acting on each row; same shape as `D`."""
+        return self.metric_learner(self.gram_norm(D))
+
+    def curvature(self, A: Array) -> tuple[Array, Array, Array]:
+        """`(A_LM, A_P, G_LM)` from `A` of shape `(..., heads, dk, dk)` (steps 4–6)."""
+        u = jnp.einsum("hmn,...hnk->...hmk", self.W, A) + self.b_W
+        A_LM = u * jax.nn.silu(u) + jnp.asarray(self.epsilon, u.dtype)
+        A_P = potential_power(A_LM, self.P, self.epsilon)
+        G_LM = jnp.einsum("hmn,...hnk->...hmk", self.a, A_P) + self.b_a
+        return A_LM, A_P, G_LM
+
+    def deductive(
+        self, q: Float[Array, "seq heads dk"], weights: Float[Array, " seq"] | None = None
+    ) -> tuple[Array, Array, Array, Array]:
+        """`(A, A_LM, A_P, G_LM)` from the rotated queries (steps 2–6)."""
+        A = self.metric(self.density(q, weights))
+        return (A, *self.curvature(A))
+
+    def attend(
+        self,
+        q: Float[Array, "sq heads dk"],
+        k: Float[Array, "sk heads dk"],
+        v: Float[Array, "sk heads dk"],
+        G: Array | None,
+        allowed: Bool[Array, "sq sk"],
+    ) -> tuple[Float[Array, "sq D"], Float[Array, "heads sq sk"]]:
+        """Scores `q̃ G k̃ᵀ/√dk` (plain `q̃ k̃ᵀ/√dk` when `G is None`), masked softmax, values,
+        output projection. `G`: `(heads, dk, dk)` or per query `(sq, heads, dk, dk)`."""
+        if G is None:
+            qG = q
+        elif G.ndim == 3:
+            qG = jnp.einsum("ihm,hmn->ihn", q, G)
+        else:
+            qG = jnp.einsum("ihm,ihmn->ihn", q, G)
+        scores = jnp.einsum("ihn,jhn->hij", qG, k) / math.sqrt(self.head_dim)
+        probs = masked_softmax(scores, allowed[None])
+        out = jnp.einsum("hij,jhn->ihn", probs, v).reshape(q.shape[0], -1)
+        return self.dense(out), scores
+
+    def check_G(self, G: ArrayLike) -> Array:
+        """Validate an injected `G` (`(heads, dk, dk)` or `(dk, dk)`, broadcast over heads)."""
+        G = jnp.asarray(G)
+        H, dk = self.num_heads, self.head_dim
+        if G.shape == (dk, dk):
+            G = jnp.broadcast_to(G, (H, dk, dk))
+        if G.shape != (H, dk, dk):
+            raise ValueError(f"`G` must have shape (heads, dk, dk) = {(H, dk, dk)}, got {G.shape}.")
+        return G
+
+    # -- the layer -------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        x: Float[Array, "seq D"],
+        *,
+        mask: Bool[ArrayLike, "seq seq"] | None = None,
+        key_padding: Bool[ArrayLike, " seq"] | None = None,
+        G: Float[ArrayLike, "heads dk dk"] | None = None,
+        positions: Int[ArrayLike, " seq"] | None = None,
+    ) -> tuple[Float[Array, "seq D"], DeductiveOutputs]:
+        r"""Apply PLGA to one sequence.
+
+        **Arguments:**
+
+        - `x`: input, shape `(seq, D)`.
+        - `mask`: boolean `(seq, seq)`, `True` where query `i` may attend to key `j`. Default:
+          the look-ahead mask `j ≤ i`.
+        - `key_padding`: boolean `(seq,)`, `True` where the key is padding (masked out for every
+          query; padded positions still enter the density operator, as in the reference).
+        - `G`: optional fixed energy-curvature tensor `(heads, dk, dk)` (or `(dk, dk)`, shared by
+          the heads) used instead of `G_LM`; the metric learner is skipped. `G = I` is SDPA.
+        - `positions`: integer RoPE positions `(seq,)`; default `0 … seq−1`.
+
+        **Returns:** `(out, DeductiveOutputs(A, A_LM, A_P, G_LM, scores))`: `out` of shape
+        `(seq, D)`, per-head tensors `(heads, dk, dk)`, `scores` `(heads, seq, seq)` before the
+        mask.
+
+        **Raises:** `ValueError` for a wrongly shaped `x`, `mask`, `key_padding`, `G` or
+        `positions`.
+        """
+        x = jnp.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.wq.weight.shape[1]:
+            raise ValueError(
+                f"`x` must have shape (seq, {self.wq.weight.shape[1]}), got {x.shape}; batch with vmap."
+            )
+        seq = x.shape[0]
+        if positions is None:
+            positions = jnp.arange(seq)
+        positions = jnp.asarray(positions)
+        if positions.shape != (seq,):
+            raise ValueError(f"`positions` must have shape ({seq},), got {positions.shape}.")
+        if mask is None:
+            allowed = look_ahead_mask(seq)
+        else:
+            allowed = jnp.asarray(mask, bool)
+            if allowed.shape != (seq, seq):
+                raise ValueError(f"`mask` must have shape ({seq}, {seq}), got {allowed.shape}.")
+        if key_padding is not None:
+            key_padding = jnp.asarray(key_padding, bool)
+            if key_padding.shape != (seq,):
+                raise ValueError(f"`key_padding` must have shape ({seq},), got {key_padding.shape}.")
+            allowed = allowed & ~key_padding[None, :]
+        q, k, v = self.project(x, positions)
+        if G is not None:
+            G = self.check_G(G).astype(x.dtype)
+            out, scores = self.attend(q, k, v, G, allowed)
+            return out, DeductiveOutputs(None, None, None, G, scores)
+        if self.attention == "sdpa":
+            out, scores = self.attend(q, k, v, None, allowed)
+            return out, DeductiveOutputs(None, None, None, None, scores)
+        A, A_LM, A_P, G_LM = self.deductive(q)
+        out, scores = self.attend(q, k, v, G_LM, allowed)
+        return out, DeductiveOutputs(A, A_LM, A_P, G_LM, scores)
