@@ -1,0 +1,324 @@
+"""Cached inference for PLDR-LLM: KV and KV+G caches, prefill/decode, generation.
+
+Semantics of the reference v510 implementation (Gokden, arXiv 2502.13502; tests/fixtures/README.md,
+"Cached greedy decoding"):
+
+- `"none"`: every step is a full uncached forward pass over prompt + generated tokens (the
+  density operator, hence `A … G_LM`, is rebuilt from the whole sequence).
+- `"kv"`: post-RoPE keys and values are cached, and `A` is frozen at the prompt's value (the
+  metric learner is skipped for new tokens); `A_LM, A_P, G_LM` are recomputed from it each step.
+- `"kvg"`: keys, values and the prompt's `G_LM` are cached; `A_LM … G_LM` are not recomputed.
+
+`"kv"` and `"kvg"` give the same logits (they differ only in work); for a model whose deductive
+outputs have not collapsed they differ from `"none"`.
+
+All buffers have a fixed size (`max_len`), so a whole generation compiles once per
+(prompt length, `max_new_tokens`, cache, sampling) and runs in a `lax.scan`.
+"""
+
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
+
+from ._model import PLDRLLM
+
+CacheKind = Literal["none", "kv", "kvg"]
+_KINDS = ("none", "kv", "kvg")
+
+
+class DecodeCache(eqx.Module):
+    r"""State of cached decoding for one sequence (fixed-size buffers).
+
+    - `ids`: `(max_len,)` token buffer (positions `≥ length` hold `pad_id`).
+    - `length`: number of filled positions (scalar int array).
+    - `keys`, `values`: `(layers, max_len, heads, dk)` post-RoPE keys and values (`None` for
+      `kind="none"`).
+    - `A`: `(layers, heads, dk, dk)` frozen metric-learner output (`kind="kv"` only).
+    - `G`: `(layers, heads, dk, dk)` frozen `G_LM` (`kind="kvg"`, or any kind when a fixed `G`
+      was injected at prefill).
+    - `kind`: `"none"`, `"kv"` or `"kvg"` (static).
+    """
+
+    ids: Int[Array, " max_len"]
+    length: Int[Array, ""]
+    keys: Float[Array, "layers max_len heads dk"] | None
+    values: Float[Array, "layers max_len heads dk"] | None
+    A: Float[Array, "layers heads dk dk"] | None
+    G: Float[Array, "layers heads dk dk"] | None
+    kind: str = eqx.field(static=True)
+
+    @property
+    def max_len(self) -> int:
+        return self.ids.shape[0]
+
+
+def _check_kind(cache) -> str:
+    if cache not in _KINDS:
+        raise ValueError(f"`cache` must be one of {_KINDS}, got {cache!r}.")
+    return cache
+
+
+def _prefill_impl(model: PLDRLLM, ids, G, *, kind: str, max_len: int):
+    c = model.config
+    seq = ids.shape[0]
+    Gs = model.layer_G(G)
+    allowed = jnp.tril(jnp.ones((seq, seq), bool)) & (ids != c.pad_id)[None, :]
+    x, _, states = model.run_layers(
+        model.embed(ids), allowed=allowed, positions=jnp.arange(seq), G=Gs
+    )
+    logits = model.final_layer(x)
+    buf = jnp.full((max_len,), c.pad_id, ids.dtype).at[:seq].set(ids)
+    keys = values = A = Gst = None
+    if kind != "none":
+        pad = lambda a: jnp.zeros((max_len,) + a.shape[1:], a.dtype).at[:seq].set(a)
+        keys = jnp.stack([pad(k) for k, _, _, _ in states])
+        values = jnp.stack([pad(v) for _, v, _, _ in states])
+    injected = G is not None
+    plga = model.attention == "plga"
+    if injected:
+        Gst = jnp.stack(Gs)
+    elif plga and kind == "kvg":
+        Gst = jnp.stack([g for _, _, _, g in states])
+    elif plga and kind == "kv":
+        A = jnp.stack([a for _, _, a, _ in states])
+        if c.causal_density:  # the prompt's A is the one of its last position
+            A = A[:, -1]
+    if Gst is not None and c.causal_density and not injected:
+        Gst = Gst[:, -1]
+    cache = DecodeCache(buf, jnp.asarray(seq, jnp.int32), keys, values, A, Gst, kind)
+    return logits, cache
+
+
+def prefill(
+    model: PLDRLLM,
+    ids: Int[ArrayLike, " seq"],
+    *,
+    cache: CacheKind = "kvg",
+    max_len: int | None = None,
+    G=None,
+) -> tuple[Float[Array, "seq vocab"], DecodeCache]:
+    r"""Run the prompt once (uncached, look-ahead mask, pad keys masked) and build a cache.
+
+    **Arguments:**
+
+    - `model`: a `PLDRLLM`.
+    - `ids`: prompt token ids `(seq,)`.
+    - `cache`: `"none"`, `"kv"` or `"kvg"` (see the module docstring).
+    - `max_len`: capacity of the buffers (prompt + tokens still to be fed); default
+      `context_length`.
+    - `G`: optional fixed `G_LM` for every layer (as `PLDRLLM.__call__`), kept frozen in the cache
+      for all steps — collapse-based / generalised-SDPA inference.
+
+    **Returns:** `(logits, cache)`: the prompt's logits `(seq, vocab)` (the last row predicts the
+    next token) and a `DecodeCache`.
+
+    **Raises:** `ValueError` for an unknown cache kind, bad ids, `max_len` smaller than the prompt
+    or larger than `context_length`, a bad `G` (as `PLDRLLM.__call__`).
+    """
+    kind = _check_kind(cache)
+    ids = model.check_ids(ids)
+    ctx = model.config.context_length
+    max_len = ctx if max_len is None else int(max_len)
+    if not ids.shape[0] <= max_len <= ctx:
+        raise ValueError(
+            f"`max_len`={max_len} must be between the prompt length {ids.shape[0]} and "
+            f"context_length={ctx}."
+        )
+    if G is not None:
+        G = jnp.stack(model.layer_G(G)) if not isinstance(G, (list, tuple)) or all(
+            g is not None for g in G
+        ) else None
+        if G is None:
+            raise ValueError("`G` given to prefill must cover every layer (no `None` entries).")
+    return _prefill_jit(model, ids, G, kind=kind, max_len=max_len)
+
+
+_prefill_jit = eqx.filter_jit(_prefill_impl)
+
+
+def _decode_impl(model: PLDRLLM, cache: DecodeCache, token):
+    c = model.config
+    p = cache.length
+    token = eqx.error_if(
+        token, (token < 0) | (token >= c.vocab_size), f"`token` outside [0, {c.vocab_size})."
+    )
+    p = eqx.error_if(p, p >= cache.max_len, "the decode cache is full (length == max_len).")
+    ids = jax.lax.dynamic_update_index_in_dim(cache.ids, token.astype(cache.ids.dtype), p, 0)
+    pos = jnp.arange(cache.max_len)
+    valid = pos <= p
+    if cache.kind == "none":
+        allowed = jnp.tril(jnp.ones((cache.max_len,) * 2, bool)) & valid[None, :]
+        allowed = allowed & (ids != c.pad_id)[None, :]
+        Gs = [None] * c.num_layers if cache.G is None else list(cache.G)
+        x, _, _ = model.run_layers(
+            model.embed(ids), allowed=allowed, positions=pos, G=Gs,
+            density_weights=valid.astype(model.dtype),
+        )
+        logits = model.final_layer(jax.lax.dynamic_index_in_dim(x, p, 0, keepdims=False))
+        new = DecodeCache(ids, p + 1, None, None, None, cache.G, cache.kind)
+        return logits, new
+    allowed = (valid & (ids != c.pad_id))[None, :]
+    x = model.embed(token[None])
+    keys, values = cache.keys, cache.values
+    for l, layer in enumerate(model.layers):
+        attn = layer.attn
+        q, k, v = attn.project(x, p[None])
+        keys = keys.at[l, p].set(k[0])
+        values = values.at[l, p].set(v[0])
+        if cache.G is not None:
+            G = cache.G[l]
+        elif cache.A is not None:
+            G = attn.curvature(cache.A[l])[2]
+        else:
+            G = None  # SDPA model
+        out, _ = attn.attend(q, keys[l], values[l], G, allowed)
+        x = layer.finish(x, out)
+    logits = model.final_layer(x[0])
+    return logits, DecodeCache(ids, p + 1, keys, values, cache.A, cache.G, cache.kind)
+
+
+_decode_jit = eqx.filter_jit(_decode_impl)
+
+
+def decode_step(
+    model: PLDRLLM, cache: DecodeCache, token: Int[ArrayLike, ""]
+) -> tuple[Float[Array, " vocab"], DecodeCache]:
+    r"""Feed one token at position `cache.length` and return its next-token logits.
+
+    With `"kv"`/`"kvg"`, the token's query and key get RoPE at that position, its key and value
+    are appended, and attention runs over all filled cache positions (no look-ahead mask is
+    needed; keys equal to `pad_id` stay masked) with the frozen `A` / `G_LM` of the prompt.
+    With `"none"` the whole sequence is recomputed.
+
+    **Arguments:** `model`; `cache` from `prefill` or a previous step; `token`, a scalar id.
+
+    **Returns:** `(logits (vocab,), new cache)`.
+
+    **Raises:** `ValueError` for a non-scalar or (concrete) out-of-range token; at run time
+    (`eqx.error_if`) for a traced out-of-range token or a full cache.
+    """
+    if not isinstance(cache, DecodeCache):
+        raise ValueError(f"`cache` must be a DecodeCache from prefill, got {type(cache).__name__}.")
+    if not isinstance(token, jax.core.Tracer):
+        t = np.asarray(token)
+        if t.shape != () or t.dtype.kind not in "iu":
+            raise ValueError(f"`token` must be a scalar integer id, got shape {t.shape}, dtype {t.dtype}.")
+        if not 0 <= int(t) < model.config.vocab_size:
+            raise ValueError(f"`token`={int(t)} is outside [0, {model.config.vocab_size}).")
+    token = jnp.asarray(token)
+    if token.shape != ():
+        raise ValueError(f"`token` must be a scalar id, got shape {token.shape}.")
+    return _decode_jit(model, cache, token)
+
+
+def _sample(logits, key, *, sampling, top_p, temperature):
+    if sampling == "greedy":
+        return jnp.argmax(logits).astype(jnp.int32)
+    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
+    order = jnp.argsort(-z)
+    zs = z[order]
+    probs = jax.nn.softmax(zs)
+    before = jnp.cumsum(probs) - probs  # mass strictly above each candidate
+    keep = before < top_p  # the top token is always kept
+    zs = jnp.where(keep, zs, -jnp.inf)
+    choice = jax.random.categorical(key, zs)
+    return order[choice].astype(jnp.int32)
+
+
+_TRACES = {"generate": 0}  # diagnostics: how many times generation was traced
+
+
+def _generate_impl(model, prompt, key, top_p, temperature, *, max_new_tokens, kind, sampling, eos_id):
+    _TRACES["generate"] += 1
+    L = prompt.shape[0]
+    logits, cache = _prefill_impl(model, prompt, None, kind=kind, max_len=L + max_new_tokens - 1)
+    keys = jax.random.split(key, max_new_tokens)
+    samp = lambda lg, k: _sample(lg, k, sampling=sampling, top_p=top_p, temperature=temperature)
+    tok0 = samp(logits[-1], keys[0])
+    pad = jnp.asarray(model.config.pad_id, jnp.int32)
+    done0 = jnp.asarray(False) if eos_id is None else tok0 == eos_id
+
+    def step(carry, k):
+        cache, tok, done = carry
+        lg, cache = _decode_impl(model, cache, tok)
+        nxt = samp(lg, k)
+        out = jnp.where(done, pad, nxt)
+        if eos_id is not None:
+            done = done | (nxt == eos_id)
+        return (cache, nxt, done), out
+
+    _, rest = jax.lax.scan(step, (cache, tok0, done0), keys[1:])
+    return jnp.concatenate([tok0[None], rest])
+
+
+_generate_jit = eqx.filter_jit(_generate_impl)
+
+
+def generate(
+    model: PLDRLLM,
+    prompt_ids: Int[ArrayLike, " seq"],
+    *,
+    max_new_tokens: int,
+    cache: CacheKind = "kvg",
+    sampling: Literal["greedy", "top_p"] = "greedy",
+    top_p: float = 0.9,
+    temperature: float = 1.0,
+    key: PRNGKeyArray | None = None,
+    eos_id: int | None = None,
+) -> Int[Array, " max_new_tokens"]:
+    r"""Generate `max_new_tokens` tokens after `prompt_ids`.
+
+    Prefill the prompt, then `lax.scan` over `decode_step`; compiled once per (prompt length,
+    `max_new_tokens`, `cache`, `sampling`, `eos_id`) — `top_p`, `temperature` and `key` are traced.
+
+    **Arguments:**
+
+    - `model`, `prompt_ids` `(seq,)`.
+    - `max_new_tokens`: ≥ 1; `seq + max_new_tokens − 1 ≤ context_length`.
+    - `cache`: `"none"`, `"kv"`, `"kvg"`.
+    - `sampling`: `"greedy"` (argmax) or `"top_p"` (nucleus sampling: the smallest set of most
+      likely tokens with mass ≥ `top_p`, at `temperature`). `key` is required for `"top_p"`.
+    - `eos_id`: if given, every token after the first `eos_id` is `pad_id`.
+
+    **Returns:** the new token ids, int32 `(max_new_tokens,)` (the prompt is not repeated).
+
+    **Raises:** `ValueError` for a bad cache/sampling name, `max_new_tokens < 1`, a too long
+    total, `top_p` outside (0, 1], `temperature ≤ 0`, a missing `key`, bad prompt ids.
+    """
+    kind = _check_kind(cache)
+    if sampling not in ("greedy", "top_p"):
+        raise ValueError(f"`sampling` must be 'greedy' or 'top_p', got {sampling!r}.")
+    max_new_tokens = int(max_new_tokens)
+    if max_new_tokens < 1:
+        raise ValueError(f"`max_new_tokens` must be ≥ 1, got {max_new_tokens}.")
+    prompt = model.check_ids(prompt_ids, name="prompt_ids")
+    total = prompt.shape[0] + max_new_tokens - 1
+    if total > model.config.context_length:
+        raise ValueError(
+            f"prompt length {prompt.shape[0]} + max_new_tokens {max_new_tokens} − 1 = {total} "
+            f"exceeds context_length={model.config.context_length}."
+        )
+    if sampling == "top_p":
+        if key is None:
+            raise ValueError("`key` is required for sampling='top_p'.")
+        if not 0 < float(top_p) <= 1:
+            raise ValueError(f"`top_p` must be in (0, 1], got {top_p}.")
+        if not float(temperature) > 0:
+            raise ValueError(f"`temperature` must be > 0, got {temperature}.")
+    if key is None:
+        key = jax.random.key(0)
+    return _generate_jit(
+        model,
+        prompt,
+        key,
+        jnp.asarray(top_p, jnp.float32),
+        jnp.asarray(temperature, jnp.float32),
+        max_new_tokens=max_new_tokens,
+        kind=kind,
+        sampling=sampling,
+        eos_id=None if eos_id is None else int(eos_id),
+    )
