@@ -29,3 +29,9 @@ from ._weights import (
     save_reference as save_reference,
     to_reference as to_reference,
 )
+from ._cache import (
+    DecodeCache as DecodeCache,
+    decode_step as decode_step,
+    generate as generate,
+    prefill as prefill,
+)
