@@ -1,12 +1,39 @@
-"""The Ott–Antonsen reduction of the d = 2 LSA flow: one complex ODE for R₂."""
+"""The Ott–Antonsen reduction of the d = 2 LSA flow: one complex ODE for R₂.
 
+With `φ = 2θ` the d = 2 LSA flow is the identical-oscillator model
+`dφ_k/dt = ω(R) + Im(H̃(R) e^{−iφ_k})` (see `_circle.py`). If the law of `φ` is a
+wrapped Cauchy (Poisson kernel) with mean resultant `z`, its moments are
+`E[e^{imφ}] = z^m` (m ≥ 0), so the drift of `R = E[e^{iφ}]` closes:
+
+    dR/dt = E[i e^{iφ} dφ/dt] = iωR + (H̃ − conj(H̃) E[e^{2iφ}])/2 = iωR + (H̃ − conj(H̃) R²)/2,
+
+and the Poisson-kernel family is invariant (Ott & Antonsen 2008). The unit disc is invariant
+too: `d|R|²/dt = β Re(conj(R) H)(1 − |R|²)` vanishes on `|R| = 1`.
+"""
+
+import diffrax
+import equinox as eqx
+import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Complex
+import numpy as np
+from jaxtyping import Array, Complex, Float, Int, PRNGKeyArray
 
 from .._custom_types import Matrix
-from ._circle import kuramoto_daido_coupling
+from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
+from ._solve import RESULTS
+from ._vector_field import _is_concrete
 
-__all__ = ["ott_antonsen_field"]
+__all__ = [
+    "ott_antonsen_field",
+    "OttAntonsenSolution",
+    "solve_ott_antonsen",
+    "sample_wrapped_cauchy",
+    "DiscProjection",
+]
+
+# Initial points this far outside the closed unit disc are treated as rounding and clipped;
+# anything further out is rejected.
+_DISC_SLACK = 1e-12
 
 
 def ott_antonsen_field(R: Complex[Array, "..."], A: Matrix, V: Matrix, beta=1.0):
@@ -23,3 +50,323 @@ def ott_antonsen_field(R: Complex[Array, "..."], A: Matrix, V: Matrix, beta=1.0)
     """
     H, Omega = kuramoto_daido_coupling(R, A, V)
     return 1j * beta * Omega * R + 0.5 * beta * (H - jnp.conj(H) * R**2)
+
+
+def _clip_disc(y):
+    """Map the point `(y[0], y[1])` into the closed unit disc; other entries untouched.
+
+    Returns the clipped state and the overshoot `max(|(y0, y1)| − 1, 0)`. Gradient-safe at
+    the origin and on the circle.
+    """
+    r2 = y[0] ** 2 + y[1] ** 2
+    outside = r2 > 1
+    r = jnp.sqrt(jnp.where(outside, r2, 1))
+    scale = jnp.where(outside, 1 / r, 1)
+    return y.at[:2].multiply(scale), jnp.where(outside, r - 1, 0)
+
+
+class DiscProjection(diffrax.AbstractWrappedSolver):
+    """Wraps a diffrax solver and clips a disc-valued part of the state after every step.
+
+    The state is a real vector whose first two entries are `(Re ζ, Im ζ)` of a point
+    of the closed unit disc (the Ott–Antonsen `R`, the Watanabe–Strogatz `ζ`). The disc is
+    invariant for the exact flow; a numerical step may overshoot its boundary by rounding
+    or truncation error. After each step the point is mapped back to `|ζ| ≤ 1`. The
+    reduced vector fields are evaluated at the clipped point too, so they are unchanged by
+    the map and FSAL stages stay valid. The solver state carries the largest overshoot.
+    """
+
+    solver: diffrax.AbstractSolver
+
+    @property
+    def term_structure(self):
+        return self.solver.term_structure
+
+    @property
+    def interpolation_cls(self):  # pyright: ignore
+        return self.solver.interpolation_cls
+
+    @property
+    def term_compatible_contr_kwargs(self):
+        return self.solver.term_compatible_contr_kwargs
+
+    def order(self, terms):
+        return self.solver.order(terms)
+
+    def strong_order(self, terms):
+        return self.solver.strong_order(terms)
+
+    def error_order(self, terms):
+        return self.solver.error_order(terms)
+
+    def init(self, terms, t0, t1, y0, args):
+        overshoot = jnp.zeros((), jnp.result_type(y0))
+        return self.solver.init(terms, t0, t1, y0, args), overshoot
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        inner_state, overshoot = solver_state
+        y1, y_error, dense_info, inner_state, result = self.solver.step(
+            terms, t0, t1, y0, args, inner_state, made_jump
+        )
+        y1, over = _clip_disc(y1)
+        return y1, y_error, dense_info, (inner_state, jnp.maximum(overshoot, over)), result
+
+    def func(self, terms, t0, y0, args):
+        return self.solver.func(terms, t0, y0, args)
+
+
+class OttAntonsenSolution(eqx.Module):
+    """A solution of the Ott–Antonsen ODE.
+
+    **Fields:**
+
+    - `ts`: save times, shape `(times,)`.
+    - `R`: the order parameter `R₂(t)` at the save times, complex, shape `(times,)`
+      (NaN for a rejected input).
+    - `result`: a `RESULTS` code (`RESULTS.successful` when all went well).
+    - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: step statistics.
+    - `disc_overshoot`: the largest `|R| − 1 > 0` that a step (or the initial value) produced
+      before it was clipped back onto the closed disc; rounding-sized in a healthy solve.
+    """
+
+    ts: Float[Array, " times"]
+    R: Complex[Array, " times"]
+    result: RESULTS
+    num_steps: Int[Array, ""]
+    num_accepted_steps: Int[Array, ""]
+    num_rejected_steps: Int[Array, ""]
+    disc_overshoot: Float[Array, ""]
+
+    @property
+    def final(self) -> Complex[Array, ""]:
+        """`R₂` at the last save time."""
+        return self.R[-1]
+
+    @property
+    def successful(self):
+        return self.result == RESULTS.successful
+
+
+def _oa_rhs(t, y, args):
+    del t
+    A, V, beta = args
+    yc, _ = _clip_disc(y)
+    dR = ott_antonsen_field(yc[0] + 1j * yc[1], A, V, beta)
+    return jnp.stack([jnp.real(dR), jnp.imag(dR)]).astype(y.dtype)
+
+
+@eqx.filter_jit
+def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
+    dtype = ts.dtype
+    y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
+    bad = ~(
+        jnp.all(jnp.isfinite(A))
+        & jnp.all(jnp.isfinite(V))
+        & jnp.isfinite(beta)
+        & jnp.all(jnp.isfinite(y0))
+    )
+    y0 = jnp.where(jnp.isfinite(y0), y0, 0)
+    y0c, over0 = _clip_disc(y0)
+    outside = over0 > _DISC_SLACK
+    invalid = bad | outside
+    # A rejected member runs a zero field from the origin: cheap, and cannot poison a batch.
+    args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(_oa_rhs),
+        DiscProjection(solver),
+        t0=t0,
+        t1=t1,
+        dt0=dt0,
+        y0=jnp.where(invalid, 0, y0c),
+        args=args,
+        saveat=diffrax.SaveAt(ts=ts, solver_state=True),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        adjoint=adjoint,
+        max_steps=max_steps,
+        throw=False,
+    )
+    R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
+    R = jnp.where(invalid, jnp.nan, R)
+    result = RESULTS.promote(sol.result)
+    # RESULTS has no dedicated code for "R0 outside the disc"; the input is rejected as an
+    # invalid argument (see the docstring of solve_ott_antonsen).
+    result = RESULTS.where(invalid, RESULTS.nonfinite_argument, result)
+    overshoot = jnp.where(invalid, jnp.nan, jnp.maximum(over0, sol.solver_state[1]))
+    return (
+        OttAntonsenSolution(
+            ts=ts,
+            R=R,
+            result=result,
+            num_steps=sol.stats["num_steps"],
+            num_accepted_steps=sol.stats["num_accepted_steps"],
+            num_rejected_steps=sol.stats["num_rejected_steps"],
+            disc_overshoot=overshoot,
+        ),
+        outside,
+    )
+
+
+def _check_times(where, ts, t0, t1, num_save, dtype):
+    if t1 is None:
+        raise ValueError(f"{where}: t1 is required.")
+    if ts is None:
+        return jnp.linspace(t0, t1, int(num_save), dtype=dtype)
+    ts = jnp.asarray(ts, dtype=dtype)
+    if ts.ndim != 1 or ts.shape[0] == 0:
+        raise ValueError(f"{where}: ts must be a non-empty 1-d array, got shape {ts.shape}.")
+    return ts
+
+
+def solve_ott_antonsen(
+    A: Float[Array, "2 2"],
+    V: Float[Array, "2 2"],
+    R0,
+    *,
+    beta=1.0,
+    t1: float,
+    t0: float = 0.0,
+    ts: Float[Array, " times"] | None = None,
+    num_save: int = 101,
+    dt0: float | None = None,
+    solver: diffrax.AbstractSolver = diffrax.Tsit5(),
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 16384,
+    adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
+    throw: bool = True,
+) -> OttAntonsenSolution:
+    r"""Integrate the Ott–Antonsen ODE of the d = 2 LSA flow from `R₂(0) = R0`.
+
+    $$\frac{dR}{dt} = i\beta\,\Omega(R)\,R + \frac\beta2\big(H(R) - \overline{H(R)}\,R^2\big),$$
+
+    `H`, `Ω` as in `kuramoto_daido_coupling`. The state is `(Re R, Im R)`; every step is
+    clipped back onto the closed unit disc (`DiscProjection`; the disc is invariant, the
+    overshoot is reported in `disc_overshoot`). `R0` on the circle `|R0| = 1` is allowed
+    (a two-cluster state; the circle is invariant).
+
+    jit-, vmap- and grad-safe: differentiable in `A`, `V`, `beta`, `R0` (through `adjoint`);
+    sweeps vmap it over `A`, `V` (one compile), with `throw=False` each member keeps its
+    own `result`.
+
+    **Arguments:**
+
+    - `A`, `V`: real 2×2 matrices.
+    - `R0`: initial order parameter, complex scalar with `|R0| ≤ 1`.
+    - `beta`: inverse temperature (scalar).
+    - `t1`, `t0`: end and start time; `ts` save times (shape `(times,)`), default
+      `num_save` equally spaced times.
+    - `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`: as in `diffrax.diffeqsolve`
+      (adaptive steps through `diffrax.PIDController(rtol, atol)`).
+    - `throw`: raise if the solve is not successful.
+
+    **Returns:** an `OttAntonsenSolution` (`R` complex of shape `(times,)`).
+
+    **Raises:** `ValueError` if `A` or `V` is not 2×2, `beta` or `R0` is not a scalar, `ts`
+    is not 1-d, or (concrete values) anything is non-finite or `|R0| > 1`. Under `jit`/`vmap`
+    a non-finite argument or `|R0| > 1` gives `R = NaN` and
+    `result = RESULTS.nonfinite_argument` (no dedicated code exists for "outside the disc";
+    with `throw=True` the error message names it); `max_steps` gives
+    `RESULTS.max_steps_reached`.
+
+    Source: Ott & Antonsen, Chaos 18, 037113 (2008), eq. (11) for the Kuramoto case;
+    MATH.md, Part 1, "Ott–Antonsen".
+    """
+    where = "solve_ott_antonsen"
+    A, V = _check_2x2(where, A=A, V=V)
+    beta = _check_scalar(where, "beta", beta)
+    R0 = jnp.asarray(R0)
+    if R0.ndim != 0:
+        raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
+    if _is_concrete(R0):
+        r0 = complex(np.asarray(R0))
+        if not np.isfinite(r0):
+            raise ValueError(f"{where}: R0 is not finite ({r0}).")
+        if abs(r0) > 1 + _DISC_SLACK:
+            raise ValueError(
+                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the closed unit disc."
+            )
+    dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
+    ts = _check_times(where, ts, t0, t1, num_save, dtype)
+    sol, outside = _solve_oa(
+        A.astype(dtype),
+        V.astype(dtype),
+        beta.astype(dtype),
+        R0,
+        ts,
+        jnp.asarray(t0, dtype),
+        jnp.asarray(t1, dtype),
+        None if dt0 is None else jnp.asarray(dt0, dtype),
+        solver,
+        rtol,
+        atol,
+        int(max_steps),
+        adjoint,
+    )
+    if throw:
+        R = eqx.error_if(sol.R, outside, f"{where}: |R0| > 1; R₂ lies in the closed unit disc.")
+        R = sol.result.error_if(R, sol.result != RESULTS.successful)
+        sol = eqx.tree_at(lambda s: s.R, sol, R)
+    return sol
+
+
+def sample_wrapped_cauchy(
+    key: PRNGKeyArray, n: int, R0, *, symmetric: bool = True, dtype=None
+) -> Float[Array, " n"]:
+    r"""Angles `θ_k` whose doubles `φ_k = 2θ_k` are i.i.d. wrapped Cauchy with mean resultant `R0`.
+
+    The wrapped Cauchy (Poisson kernel) law
+    $p(φ) = \frac{1 − |R_0|^2}{2π |e^{iφ} − R_0|^2}$ has moments `E[e^{imφ}] = R0^m`; it is
+    the image of the uniform law under the disc automorphism `u ↦ (R0 + u)/(1 + conj(R0) u)`,
+    which is how it is sampled (exactly). So `order_parameter(θ, 2) = R0 + O(1/√n)`, with
+    `E|R̂ − R0|² = (1 − |R0|²)/n`.
+
+    Each `φ_k` fixes a token only up to `θ_k ↦ θ_k + π`; with `symmetric=True` (default) the
+    token is put at `φ_k/2` or `φ_k/2 + π` with probability 1/2 each (the law of the tokens
+    is then antipodally symmetric, as the d = 2 LSA flow is); with `symmetric=False` all
+    `θ_k = φ_k/2 ∈ (−π/2, π/2]`.
+
+    **Arguments:**
+
+    - `key`: a JAX PRNG key.
+    - `n`: number of tokens (≥ 1).
+    - `R0`: complex mean resultant with `|R0| < 1`.
+    - `symmetric`: randomise the antipodal lift (see above).
+    - `dtype`: real floating dtype of the angles (JAX's default float if omitted).
+
+    **Returns:** angles of shape `(n,)` in `(−π, π]`.
+
+    **Raises:** `ValueError` if `n < 1`, `R0` is not a scalar, or a concrete `R0` is
+    non-finite or has `|R0| ≥ 1` (the wrapped Cauchy law degenerates to a point mass at
+    `|R0| = 1`). A traced `R0` with `|R0| ≥ 1` raises an `EquinoxRuntimeError` at run time.
+
+    Source: Ott & Antonsen, Chaos 18 (2008) (Poisson-kernel manifold); MATH.md, Part 1.
+    """
+    where = "sample_wrapped_cauchy"
+    if int(n) < 1:
+        raise ValueError(f"{where}: need n >= 1 tokens, got n={n}.")
+    R0 = jnp.asarray(R0)
+    if R0.ndim != 0:
+        raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
+    if _is_concrete(R0):
+        r0 = complex(np.asarray(R0))
+        if not np.isfinite(r0):
+            raise ValueError(f"{where}: R0 is not finite ({r0}).")
+        if abs(r0) >= 1:
+            raise ValueError(
+                f"{where}: need |R0| < 1 for a wrapped Cauchy law, got |R0| = {abs(r0):.6g}."
+            )
+    if dtype is None:
+        dtype = jnp.result_type(float)
+    cdtype = jnp.result_type(dtype, jnp.complex64)
+    R0 = eqx.error_if(
+        R0.astype(cdtype), ~(jnp.abs(R0) < 1), f"{where}: need finite R0 with |R0| < 1."
+    )
+    k_u, k_flip = jax.random.split(key)
+    u = jax.random.uniform(k_u, (int(n),), dtype=dtype, minval=-jnp.pi, maxval=jnp.pi)
+    v = jnp.exp(1j * u.astype(cdtype))
+    z = (R0 + v) / (1 + jnp.conj(R0) * v)
+    half = 0.5 * jnp.angle(z).astype(dtype)
+    if not symmetric:
+        return half
+    flip = jax.random.bernoulli(k_flip, 0.5, (int(n),))
+    return jnp.where(flip, jnp.where(half > 0, half - jnp.pi, half + jnp.pi), half)
