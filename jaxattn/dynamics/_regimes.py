@@ -1,0 +1,496 @@
+"""Long-run regimes of the attention flow and their classification from a finite run.
+
+The classifier looks only at a late window of the run and uses *rates*, not levels: a run
+is called clustered only if the clustering gap `1 − |R₂|²` still shrinks geometrically at
+a steady rate (or has reached rounding level), and at rest only if the motion dies out
+geometrically. Algebraic convergence (the saddle-node of the Case-4 family), metastable
+plateaus and slowly damped oscillations therefore come out as `REGIMES.undetermined`
+rather than as a guess.
+
+Everything here is traceable: no Python control flow on values, so `classify_regime` and
+`classify_order_parameter` run under `jax.jit` and `jax.vmap`, and their float evidence has
+finite gradients everywhere, including at exact consensus (all tokens equal).
+"""
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Complex, Float, Int
+
+from ..sphere import geodesic_distance, normalise
+from ._circle import order_parameter
+from ._solve import Trajectory
+
+__all__ = [
+    "REGIMES",
+    "RegimeEvidence",
+    "classify_regime",
+    "classify_order_parameter",
+    "regime_name",
+    "clustering_gap",
+    "cluster_structure",
+]
+
+
+class REGIMES(eqx.Enumeration):
+    """The long-run regimes of the attention flow (Li et al. 2026, d = 2 LSA; used in any d).
+
+    - `clustering`: Type 1, convergence to fixed clusters (antipodal pairs for LSA; one
+      cluster for USA/SA with A = V = I); `|R₂| → 1`, `arg R₂ → const`.
+    - `rotating`: Type 2, clusters that keep rotating at a constant rate; `|R₂| → 1`,
+      `arg R₂` drifts linearly.
+    - `oscillation`: Type 3, persistent oscillation (a periodic orbit of `R₂`).
+    - `interior`: convergence without clustering, `R₂` tends to a point inside the disc
+      (the tokens come to rest in a spread-out configuration).
+    - `undetermined`: the horizon does not settle it (algebraic convergence near a
+      bifurcation, plateau, damped or irregular motion, failed solve).
+    """
+
+    clustering = "convergent clusters (Type 1): the clusters come to rest"
+    rotating = "rotating clusters (Type 2): clusters form and keep turning at a steady rate"
+    oscillation = "oscillation (Type 3): persistent periodic motion without clustering"
+    interior = "convergence without clustering: the tokens come to rest spread out"
+    undetermined = "undetermined: no regime is established over the late window"
+
+
+_NAMES = {int(item._value): name for name, item in REGIMES._name_to_item.items()}
+
+
+def regime_name(regime) -> str | np.ndarray:
+    """The short name (`"clustering"`, `"rotating"`, …) of a concrete `REGIMES` item.
+
+    For a batched item (after `vmap`) returns a numpy array of names.
+    """
+    value = np.asarray(regime._value)
+    if value.ndim == 0:
+        return _NAMES[int(value)]
+    return np.vectorize(lambda v: _NAMES[int(v)])(value)
+
+
+class RegimeEvidence(eqx.Module):
+    """What the classifier measured over the late window of a run.
+
+    **Fields** (scalars; NaN where not measurable, `-1` for counts not measured):
+
+    - `final_order`: `|R₂|` at the last time (in d > 2 its generalisation
+      `ρ = sqrt((d tr Q² − 1)/(d − 1))`, `Q = XᵀX/n`, which equals `|R₂|` in d = 2).
+    - `final_gap`: `1 − ρ²` at the last time (zero exactly on one antipodal pair).
+    - `gap_decay`: e-folds by which the gap fell between the first and last third of the
+      late window (≥ 3 plus a steady rate is read as geometric convergence).
+    - `gap_rate_ratio`: decay rate of `log gap` over the second interval divided by that over
+      the first (≈ 1 for geometric convergence, < 0.9 for algebraic `t^{-p}`).
+    - `motion_decay`, `motion_rate_ratio`: the same two numbers for the motion (mean token
+      speed for a trajectory, `|dR₂/dt|` for an `R₂` series).
+    - `final_motion`: mean motion over the last third of the window.
+    - `drift_rate`: `d arg R₂ / dt` over the last third of the window (NaN in d > 2).
+    - `drift_change`: relative change of the drift rate (or of the motion in d > 2) between
+      the first and the last third (small for steady rotation).
+    - `period`: mean time between up-crossings of the oscillation signal (`Re R₂` minus its
+      mean, or the gap in d > 2) in the late window; NaN with fewer than two crossings.
+    - `amplitude`: half the peak-to-peak range of that signal over the late window.
+    - `amplitude_ratio`: peak-to-peak range in the second half of the window over that in
+      the first half (≈ 1 for a sustained oscillation, < 1 if damped).
+    - `num_clusters`: number of groups of final tokens within `cluster_tol` of each other.
+    - `antipodal_pairs`: number of clusters that have an antipodal cluster (counted once).
+    - `rotation_rate`: angular speed of the tokens over the last third of the window
+      (radians per unit time; `|drift_rate|/2` for an `R₂` series).
+    """
+
+    final_order: Float[Array, ""]
+    final_gap: Float[Array, ""]
+    gap_decay: Float[Array, ""]
+    gap_rate_ratio: Float[Array, ""]
+    motion_decay: Float[Array, ""]
+    motion_rate_ratio: Float[Array, ""]
+    final_motion: Float[Array, ""]
+    drift_rate: Float[Array, ""]
+    drift_change: Float[Array, ""]
+    period: Float[Array, ""]
+    amplitude: Float[Array, ""]
+    amplitude_ratio: Float[Array, ""]
+    num_clusters: Int[Array, ""]
+    antipodal_pairs: Int[Array, ""]
+    rotation_rate: Float[Array, ""]
+
+    def as_dict(self) -> dict:
+        """Concrete evidence as a dict of Python numbers (for JSON summaries)."""
+        out = {}
+        for name in self.__dataclass_fields__:
+            v = np.asarray(getattr(self, name))
+            if v.ndim:
+                out[name] = v.tolist()
+            elif np.issubdtype(v.dtype, np.integer):
+                out[name] = int(v)
+            else:
+                out[name] = None if not np.isfinite(v) else float(v)
+        return out
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _safe_sqrt(x):
+    pos = x > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1)), 0)
+
+
+def _safe_div(a, b):
+    ok = b != 0
+    return jnp.where(ok, a / jnp.where(ok, b, 1), jnp.nan)
+
+
+def _safe_log(x, floor):
+    big = x > floor
+    return jnp.log(jnp.where(big, x, floor))
+
+
+def _safe_angle(z):
+    re, im = jnp.real(z), jnp.imag(z)
+    ok = (re * re + im * im) > 0
+    return jnp.where(ok, jnp.arctan2(jnp.where(ok, im, 0), jnp.where(ok, re, 1)), 0)
+
+
+def _window_start(num_times: int, window: float) -> int:
+    if not 0 < window <= 1:
+        raise ValueError(f"window must be in (0, 1], got {window}.")
+    start = int(np.floor(num_times * (1 - window)))
+    if num_times - start < 9:
+        raise ValueError(
+            f"the late window holds {num_times - start} save times; need at least 9 "
+            f"(got {num_times} times and window={window}). Save more times (ts / num_save)."
+        )
+    return start
+
+
+def _thirds(x):
+    """Split the last axis into three (nearly) equal consecutive parts."""
+    m = x.shape[-1]
+    a, b = m // 3, (2 * m) // 3
+    return x[..., :a], x[..., a:b], x[..., b:]
+
+
+def _rate_evidence(ts, log_y):
+    """E-folds of decay and the ratio of the later to the earlier decay rate of `log y`."""
+    t1, t2, t3 = _thirds(ts)
+    l1, l2, l3 = (jnp.mean(p) for p in _thirds(log_y))
+    c1, c2, c3 = jnp.mean(t1), jnp.mean(t2), jnp.mean(t3)
+    rate_a = _safe_div(l1 - l2, c2 - c1)
+    rate_b = _safe_div(l2 - l3, c3 - c2)
+    return l1 - l3, _safe_div(rate_b, rate_a)
+
+
+def _crossings(ts, signal):
+    """Up-crossings of zero: count, and mean period (NaN with fewer than two crossings)."""
+    s0, s1 = signal[:-1], signal[1:]
+    up = (s0 < 0) & (s1 >= 0)
+    denom = jnp.where(up, s1 - s0, 1)
+    frac = jnp.where(up, -s0 / denom, 0)
+    tc = ts[:-1] + frac * (ts[1:] - ts[:-1])
+    count = jnp.sum(up)
+    first = jnp.min(jnp.where(up, tc, jnp.inf))
+    last = jnp.max(jnp.where(up, tc, -jnp.inf))
+    span = jnp.where(count >= 2, last - first, 0)
+    period = jnp.where(count >= 2, span / jnp.maximum(count - 1, 1), jnp.nan)
+    return count, period
+
+
+def _peak_to_peak(x):
+    return jnp.max(x) - jnp.min(x)
+
+
+def _decide(
+    *,
+    ts,
+    gap,
+    motion,
+    drift_change,
+    signal,
+    final_order,
+    drift_rate,
+    rotation_rate,
+    num_clusters,
+    antipodal_pairs,
+    window,
+    gap_floor,
+):
+    """Shared decision rules on a late window of the gap, the motion and a scalar signal."""
+    dtype = gap.dtype
+    eps = float(jnp.finfo(dtype).eps)
+    if gap_floor is None:
+        gap_floor = float(np.sqrt(eps))
+    start = _window_start(ts.shape[0], window)
+    tw, gw = ts[start:], gap[start:]
+    # motion lives on the intervals between save times; use interval midpoints.
+    tm = 0.5 * (ts[1:] + ts[:-1])
+    mstart = max(start - 1, 0)
+    tmw, mw = tm[mstart:], motion[mstart:]
+
+    log_gap = _safe_log(gw, gap_floor)
+    gap_decay, gap_ratio = _rate_evidence(tw, log_gap)
+    motion_scale = jnp.max(jnp.where(jnp.isfinite(motion), motion, 0))
+    motion_floor = 10 * np.sqrt(eps) * jnp.where(motion_scale > 0, motion_scale, 1)
+    log_motion = _safe_log(mw, motion_floor)
+    motion_decay, motion_ratio = _rate_evidence(tmw, log_motion)
+    final_motion = jnp.mean(_thirds(mw)[2])
+    final_gap = gw[-1]
+
+    steady = lambda ratio: (ratio > 0.9) & (ratio < 1.5)
+    at_floor = jnp.max(jnp.abs(_thirds(gw)[2])) <= gap_floor
+    clustered = at_floor | ((gap_decay >= 3) & steady(gap_ratio))
+    at_rest = (final_motion <= motion_floor) | ((motion_decay >= 3) & steady(motion_ratio))
+    persistent = (final_motion > motion_floor) & (jnp.abs(motion_decay) < 0.25)
+
+    sw = signal[start:]
+    sw = sw - jnp.mean(sw)
+    count, period = _crossings(tw, sw)
+    half = sw.shape[0] // 2
+    p2p = _peak_to_peak(sw)
+    amp_ratio = _safe_div(_peak_to_peak(sw[half:]), _peak_to_peak(sw[:half]))
+    spread = jnp.min(gw) > 100 * gap_floor
+    gap_stable = jnp.abs(gap_decay) < 0.05
+    sustained = (count >= 4) & (amp_ratio > 0.7) & (amp_ratio < 1 / 0.7) & (p2p > 100 * gap_floor)
+
+    is_cluster = clustered & at_rest
+    is_rotating = clustered & ~at_rest & persistent
+    is_interior = ~clustered & spread & gap_stable & at_rest
+    is_oscillation = ~clustered & spread & ~at_rest & persistent & sustained
+    regime = REGIMES.undetermined
+    regime = REGIMES.where(is_oscillation, REGIMES.oscillation, regime)
+    regime = REGIMES.where(is_interior, REGIMES.interior, regime)
+    regime = REGIMES.where(is_rotating, REGIMES.rotating, regime)
+    regime = REGIMES.where(is_cluster, REGIMES.clustering, regime)
+    evidence = RegimeEvidence(
+        final_order=final_order,
+        final_gap=final_gap,
+        gap_decay=gap_decay,
+        gap_rate_ratio=gap_ratio,
+        motion_decay=motion_decay,
+        motion_rate_ratio=motion_ratio,
+        final_motion=final_motion,
+        drift_rate=drift_rate,
+        drift_change=drift_change,
+        period=period,
+        amplitude=0.5 * p2p,
+        amplitude_ratio=amp_ratio,
+        num_clusters=jnp.asarray(num_clusters, jnp.int32),
+        antipodal_pairs=jnp.asarray(antipodal_pairs, jnp.int32),
+        rotation_rate=rotation_rate,
+    )
+    return regime, evidence
+
+
+def _drift(ts, phase, start):
+    """Mean `d phase/dt` over the first and last thirds of the late window, and their change."""
+    t1, _, t3 = _thirds(ts[start:])
+    p1, _, p3 = _thirds(phase[start:])
+    r1 = _safe_div(p1[-1] - p1[0], t1[-1] - t1[0])
+    r3 = _safe_div(p3[-1] - p3[0], t3[-1] - t3[0])
+    change = jnp.abs(r3 - r1) / jnp.maximum(jnp.abs(r3), jnp.abs(r1) + 1e-300)
+    return r3, jnp.where(jnp.abs(r3) + jnp.abs(r1) > 0, change, 0)
+
+
+# ----------------------------------------------------------------------------- public
+
+
+def clustering_gap(xs: Float[Array, "... n d"]) -> Float[Array, "..."]:
+    r"""The clustering gap `1 − ρ²`, with `ρ² = (d tr Q² − 1)/(d − 1)` and `Q = XᵀX / n`.
+
+    `tr Q² = (1/n²) Σ_kj <x_k, x_j>²`, so the gap is zero exactly when all tokens lie on one
+    antipodal pair `±u`, and one for the isotropic `Q = I/d`. In d = 2, `ρ = |R₂|` exactly.
+    A polynomial in the tokens: smooth everywhere (finite gradients at consensus).
+
+    **Arguments:** `xs` tokens of shape `(..., n, d)` (normalised before use).
+
+    **Returns:** the gap, shape `(...)`.
+    """
+    x = normalise(xs)
+    n, d = x.shape[-2], x.shape[-1]
+    Q = jnp.einsum("...ki,...kj->...ij", x, x) / n
+    trq2 = jnp.sum(Q * Q, axis=(-2, -1))
+    return d * (1 - trq2) / (d - 1)
+
+
+def cluster_structure(
+    x: Float[Array, "n d"], *, cluster_tol: float = 1e-3
+) -> tuple[Int[Array, ""], Int[Array, ""]]:
+    """Number of clusters and of antipodal cluster pairs of a token configuration.
+
+    Token `k` starts a cluster if no token `j < k` is within chordal distance `cluster_tol`
+    of it; a cluster has an antipodal partner if some other cluster's first token is within
+    `cluster_tol` of `−x_k`. Exact for well-separated tight clusters.
+
+    **Arguments:** `x` tokens of shape `(n, d)`; `cluster_tol` a chordal distance.
+
+    **Returns:** `(num_clusters, antipodal_pairs)` as int32 scalars.
+    """
+    x = normalise(x)
+    n = x.shape[0]
+    G = x @ x.T
+    tol2 = cluster_tol**2
+    near = (2 - 2 * G) < tol2
+    anti = (2 + 2 * G) < tol2
+    lower = jnp.tril(jnp.ones((n, n), bool), k=-1)
+    leader = ~jnp.any(near & lower, axis=1)
+    num = jnp.sum(leader)
+    pair = leader & jnp.any(anti & lower & leader[None, :], axis=1)
+    # a NaN configuration has no clusters
+    ok = jnp.all(jnp.isfinite(x))
+    return (
+        jnp.where(ok, num, 0).astype(jnp.int32),
+        jnp.where(ok, jnp.sum(pair), 0).astype(jnp.int32),
+    )
+
+
+def classify_order_parameter(
+    ts: Float[Array, " times"],
+    R2: Complex[Array, " times"],
+    *,
+    window: float = 0.5,
+    gap_floor: float | None = None,
+) -> tuple[REGIMES, RegimeEvidence]:
+    r"""Classify a d = 2 run (particles or Ott–Antonsen) from its order parameter `R₂(t)`.
+
+    With the gap `g = 1 − |R₂|²` and the motion `m = |dR₂/dt|` (finite differences) over
+    the late `window` of the series:
+
+    - `clustering` (Type 1): `g → 0` geometrically (≥ 3 e-folds at a steady rate, or down
+      to rounding level) and `m → 0` geometrically;
+    - `rotating` (Type 2): `g → 0` geometrically while `m` and `d arg R₂/dt` stay constant
+      and nonzero;
+    - `interior`: `g` constant and away from 0, `m → 0` geometrically;
+    - `oscillation` (Type 3): `g` away from 0, `m` not decaying, `Re R₂` crosses its mean
+      at least four times with an undamped amplitude;
+    - otherwise `undetermined` (e.g. `1 − |R₂| ∝ t^{-p}` at a saddle-node).
+
+    Jit-, vmap- and grad-safe (no value-dependent Python control flow; safe logs/angles).
+
+    **Arguments:**
+
+    - `ts`: increasing times, shape `(times,)`, ideally equally spaced.
+    - `R2`: complex order parameter `R₂(t)`, shape `(times,)`.
+    - `window`: fraction of the series (from the end) that is examined; it must hold at
+      least 9 samples.
+
+    **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`
+    (`num_clusters` and `antipodal_pairs` are `-1`: not measurable from `R₂`).
+
+    **Raises:** `ValueError` for mismatched shapes or a window with fewer than 9 samples.
+
+    Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
+    Transformers* (2026), regimes of the order parameter `R₂`.
+    """
+    ts = jnp.asarray(ts)
+    R2 = jnp.asarray(R2)
+    if ts.ndim != 1 or R2.shape != ts.shape:
+        raise ValueError(
+            f"classify_order_parameter: ts and R2 must be 1-d of equal length, got "
+            f"ts {ts.shape} and R2 {R2.shape}."
+        )
+    rdtype = jnp.real(R2).dtype
+    ts = ts.astype(rdtype)
+    re, im = jnp.real(R2), jnp.imag(R2)
+    r2 = re * re + im * im
+    gap = 1 - r2
+    dt = ts[1:] - ts[:-1]
+    dR = jnp.diff(R2)
+    motion = _safe_sqrt(jnp.real(dR) ** 2 + jnp.imag(dR) ** 2) / dt
+    phase = jnp.unwrap(_safe_angle(R2))
+    start = _window_start(ts.shape[0], window)
+    drift_rate, drift_change = _drift(ts, phase, start)
+    final_order = _safe_sqrt(r2[-1])
+    return _decide(
+        ts=ts,
+        gap=gap,
+        motion=motion,
+        drift_change=drift_change,
+        signal=re,
+        final_order=final_order,
+        drift_rate=drift_rate,
+        rotation_rate=0.5 * jnp.abs(drift_rate),
+        num_clusters=-1,
+        antipodal_pairs=-1,
+        window=window,
+        gap_floor=gap_floor,
+    )
+
+
+def classify_regime(
+    trajectory: Trajectory,
+    *,
+    window: float = 0.5,
+    cluster_tol: float = 1e-3,
+    gap_floor: float | None = None,
+) -> tuple[REGIMES, RegimeEvidence]:
+    r"""Classify the long-run regime of a particle run, in any dimension d.
+
+    The same rate-based rules as `classify_order_parameter`, applied to the clustering gap
+    `g = 1 − ρ²` (`clustering_gap`; `= 1 − |R₂|²` in d = 2) and to the motion `m(t)`, the
+    mean angular speed of the tokens between save times
+    (`m = (1/n) Σ_k dist(x_k(t_i), x_k(t_{i+1})) / Δt`). Rotation is read from a steady
+    nonzero motion (and in d = 2 a steady drift of `arg R₂`); oscillation from the periodic
+    signal `Re R₂` (d = 2) or `g` (d > 2). The cluster structure of the final tokens
+    (`cluster_structure`) is reported as evidence; clusters are not required to be
+    antipodal (USA and SA with `A = V = I` form one cluster).
+
+    A failed or rejected run (NaN tokens) is `undetermined`. Jit-, vmap- and grad-safe.
+
+    **Arguments:**
+
+    - `trajectory`: a `Trajectory` from `simulate` (save times equally spaced is best).
+    - `window`: fraction of the save times (from the end) that is examined (≥ 9 samples).
+    - `cluster_tol`: chordal distance under which final tokens count as one cluster.
+
+    **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`.
+
+    **Raises:** `ValueError` if `trajectory` is not a `Trajectory` or the window is too short.
+
+    Source: Li et al. (2026), regimes Type 1–3; Geshkovski et al., arXiv 2312.10794
+    (clustering in any d).
+    """
+    if not isinstance(trajectory, Trajectory):
+        raise ValueError(
+            f"classify_regime: expected a Trajectory, got {type(trajectory).__name__}."
+        )
+    ts, xs = trajectory.ts, trajectory.xs
+    if xs.ndim != 3 or xs.shape[0] != ts.shape[-1]:
+        raise ValueError(
+            f"classify_regime: xs must have shape (times, n, d) matching ts, got xs "
+            f"{xs.shape} and ts {ts.shape}."
+        )
+    d = xs.shape[-1]
+    xs = normalise(xs)
+    gap = clustering_gap(xs)
+    dt = ts[1:] - ts[:-1]
+    motion = jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / dt
+    start = _window_start(ts.shape[0], window)
+    if d == 2:
+        R2 = order_parameter(jnp.arctan2(xs[..., 1], xs[..., 0]), 2)
+        phase = jnp.unwrap(_safe_angle(R2))
+        drift_rate, drift_change = _drift(ts, phase, start)
+        signal = jnp.real(R2)
+        final_order = _safe_sqrt(jnp.real(R2[-1]) ** 2 + jnp.imag(R2[-1]) ** 2)
+    else:
+        drift_rate = jnp.asarray(jnp.nan, gap.dtype)
+        mstart = max(start - 1, 0)
+        mw = motion[mstart:]
+        m1, _, m3 = (jnp.mean(p) for p in _thirds(mw))
+        drift_change = jnp.abs(m3 - m1) / jnp.maximum(jnp.maximum(m3, m1), 1e-300)
+        signal = gap
+        final_order = _safe_sqrt(1 - gap[-1])
+    rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0):])[2])
+    num, pairs = cluster_structure(xs[-1], cluster_tol=cluster_tol)
+    return _decide(
+        ts=ts,
+        gap=gap,
+        motion=motion,
+        drift_change=drift_change,
+        signal=signal,
+        final_order=final_order,
+        drift_rate=drift_rate,
+        rotation_rate=rotation_rate,
+        num_clusters=num,
+        antipodal_pairs=pairs,
+        window=window,
+        gap_floor=gap_floor,
+    )
+
