@@ -1,0 +1,308 @@
+"""`jaxattn plga train` and `jaxattn plga generate` (and `plga audit`, registered by its own module).
+
+Heavy imports (JAX, the model) happen only when a sub-command runs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import pathlib
+import shutil
+import sys
+
+TRAIN_EPILOG = """\
+examples:
+  jaxattn plga train --out runs/tiny                       # tiny config on the packaged corpus
+  jaxattn plga train --out runs/mine --text a.txt b.txt --steps 2000 --lr 1e-3 --warmup 200
+  jaxattn plga train --out runs/tiny --resume              # continue the latest checkpoint
+  jaxattn plga train --out runs/x --set d_model=64 --set num_layers=1 --steps 20
+
+Text files are UTF-8; blank lines separate documents. Each document gets EOS appended (no BOS);
+documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is held out
+and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every steps and at
+the end; a NaN loss stops the run and keeps the checkpoints already written.
+"""
+
+GENERATE_EPILOG = """\
+examples:
+  jaxattn plga generate --ckpt runs/tiny --prompt "I was born in" --max-new-tokens 40
+  jaxattn plga generate --ckpt runs/tiny/step_00000300 --prompt "The school" \\
+      --sampling top_p --top-p 0.9 --temperature 0.8 --cache kv --seed 1
+"""
+
+
+def _add_train(sub):
+    p = sub.add_parser(
+        "train",
+        help="train a PLDR-LLM on text (AdamW, warm-up + cosine, checkpoints, resume)",
+        description="Train a PLDR-LLM (Power Law Graph Attention decoder) on real text.",
+        epilog=TRAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory for checkpoints")
+    p.add_argument("--config", default="tiny", help="named model config: tiny, small, v51-110m")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a model config field (repeatable), e.g. --set num_layers=1",
+    )
+    p.add_argument("--text", nargs="+", metavar="FILE", help="UTF-8 text files (default: Botchan)")
+    p.add_argument("--tokenizer", metavar="MODEL", help="SentencePiece model (default: PLDR 32k)")
+    p.add_argument("--seq-len", type=int, help="tokens per training row (default: context_length)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="held-out share of rows (0.1)")
+    p.add_argument("--steps", type=int, default=300, help="total optimiser steps (300)")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per step (8)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3)")
+    p.add_argument("--warmup", type=int, default=30, help="linear warm-up steps (30)")
+    p.add_argument("--final-lr-fraction", type=float, default=0.1, help="cosine end / peak (0.1)")
+    p.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
+    p.add_argument("--clip", type=float, default=1.0, help="clip gradients by value (1.0)")
+    p.add_argument(
+        "--dag",
+        type=float,
+        nargs=3,
+        default=(0.0, 0.0, 0.0),
+        metavar=("C_A_LM", "C_A_P", "C_G_LM"),
+        help="DAG regulariser coefficients on A_LM, A_P, G_LM (0 0 0 = off)",
+    )
+    p.add_argument("--dtype", choices=("float32", "bf16"), default="float32", help="compute dtype")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and batch order (0)")
+    p.add_argument("--ckpt-every", type=int, default=100, help="checkpoint period in steps (100)")
+    p.add_argument("--eval-every", type=int, default=100, help="validation period in steps (100)")
+    p.add_argument("--keep", type=int, default=0, help="keep only the newest N checkpoints (0 = all)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--stop-after", type=int, metavar="N", help="stop after N steps of this call")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=run_train)
+    return p
+
+
+def _add_generate(sub):
+    p = sub.add_parser(
+        "generate",
+        help="generate text from a training checkpoint (greedy / top-p; no, KV or KV+G cache)",
+        description="Continue a prompt with a trained PLDR-LLM checkpoint.",
+        epilog=GENERATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--ckpt", required=True, metavar="DIR", help="run directory or step directory")
+    p.add_argument("--prompt", required=True, help="text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=50, help="tokens to generate (50)")
+    p.add_argument("--sampling", choices=("greedy", "top_p"), default="greedy")
+    p.add_argument("--top-p", type=float, default=0.9, help="nucleus mass for top_p (0.9)")
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (1.0)")
+    p.add_argument(
+        "--cache",
+        choices=("none", "kv", "kvg"),
+        default="kvg",
+        help="none: recompute all; kv: KV cache (A frozen from the prompt); kvg: KV + G cache",
+    )
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed for top_p (0)")
+    p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
+    p.add_argument("--ids", action="store_true", help="also print the generated token ids")
+    p.set_defaults(run=run_generate)
+    return p
+
+
+def register(subparsers) -> None:
+    """Add the `plga` command group (train, generate; audit if its module is installed)."""
+    plga = subparsers.add_parser(
+        "plga",
+        help="Power Law Graph Attention / PLDR-LLM: train, generate, audit",
+        description="PLDR-LLM with Power Law Graph Attention.",
+    )
+    plga_subparsers = plga.add_subparsers(dest="plga_command", metavar="SUBCOMMAND")
+    _add_train(plga_subparsers)
+    _add_generate(plga_subparsers)
+    try:
+        from ._cli_audit import register as register_audit
+    except ModuleNotFoundError as err:
+        if err.name != f"{__package__}._cli_audit":
+            raise
+    else:
+        register_audit(plga_subparsers)
+    plga.set_defaults(run=None)
+
+
+# -- train ------------------------------------------------------------------------------------------
+
+
+def _apply_overrides(config, items):
+    changes = {}
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
+        name, value = item.split("=", 1)
+        name = name.strip()
+        if name not in fields:
+            raise ValueError(
+                f"--set: {config.__class__.__name__} has no field {name!r}; fields: "
+                + ", ".join(fields)
+            )
+        current = getattr(config, name)
+        try:
+            if isinstance(current, bool):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                changes[name] = value.lower() in ("true", "1")
+            elif isinstance(current, int):
+                changes[name] = int(value)
+            elif isinstance(current, float):
+                changes[name] = float(value)
+            else:
+                changes[name] = value
+        except ValueError:
+            raise ValueError(
+                f"--set {name}: {value!r} is not a valid {type(current).__name__}"
+            ) from None
+    return config.replace(**changes) if changes else config
+
+
+def run_train(args) -> int:
+    import jax
+
+    from . import _checkpoint
+    from ._data import Tokenizer, load_text_data
+    from ._model import CONFIGS, PLDRLLM
+    from ._train import NonFiniteLossError, TrainConfig, train
+
+    if args.config not in CONFIGS:
+        raise ValueError(f"--config: unknown {args.config!r}; choose from {', '.join(CONFIGS)}")
+    out = pathlib.Path(args.out)
+    tok_path = args.tokenizer
+    if tok_path is None and args.resume and (out / "tokenizer.model").is_file():
+        tok_path = out / "tokenizer.model"
+    tokenizer = Tokenizer(tok_path)
+    config = _apply_overrides(CONFIGS[args.config], args.set)
+    if config.vocab_size != tokenizer.vocab_size:
+        print(
+            f"note: vocab_size set to the tokenizer's {tokenizer.vocab_size} "
+            f"(config had {config.vocab_size})",
+            file=sys.stderr,
+        )
+        config = config.replace(vocab_size=tokenizer.vocab_size)
+    if tokenizer.pad_id >= 0 and tokenizer.pad_id != config.pad_id:
+        config = config.replace(pad_id=tokenizer.pad_id)
+    seq_len = config.context_length if args.seq_len is None else args.seq_len
+    if not 1 <= seq_len <= config.context_length:
+        raise ValueError(
+            f"--seq-len {seq_len} must be between 1 and the context length {config.context_length}"
+        )
+    tc = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=seq_len,
+        learning_rate=args.lr,
+        warmup_steps=args.warmup,
+        final_lr_fraction=args.final_lr_fraction,
+        weight_decay=args.weight_decay,
+        clip_value=args.clip,
+        dag_coefficients=tuple(args.dag),
+        compute_dtype=args.dtype,
+        seed=args.seed,
+        checkpoint_every=args.ckpt_every,
+        eval_every=args.eval_every,
+        keep_checkpoints=args.keep,
+    )
+    data = load_text_data(
+        tokenizer, args.text, seq_len=seq_len, val_fraction=args.val_fraction, pad_id=config.pad_id
+    )
+    print(
+        f"data: {data.num_documents} documents, {data.num_tokens} tokens, "
+        f"{len(data.train)} training / {len(data.val)} validation rows of {seq_len + 1}; "
+        f"unigram entropy {data.unigram_entropy:.4f} nats/token",
+        file=sys.stderr,
+    )
+    model = PLDRLLM(config, key=jax.random.key(args.seed))
+    n_params = sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size"))
+    print(f"model: {args.config} ({n_params:,} parameters)", file=sys.stderr)
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / "tokenizer.model").exists():
+        shutil.copyfile(tokenizer.path, out / "tokenizer.model")
+    manifest = {
+        "tokenizer_sha256": tokenizer.sha256,
+        "text": [str(p) for p in args.text] if args.text else ["<packaged corpus: botchan.txt>"],
+        "val_fraction": args.val_fraction,
+        "unigram_entropy": data.unigram_entropy,
+        "num_tokens": data.num_tokens,
+    }
+    try:
+        result = train(
+            model,
+            data,
+            tc,
+            out_dir=out,
+            resume=args.resume,
+            stop_after=args.stop_after,
+            progress=not args.no_progress,
+            manifest=manifest,
+            log=lambda msg: print(msg, file=sys.stderr),
+        )
+    except NonFiniteLossError as err:
+        print(f"jaxattn plga train: stopped: {err}", file=sys.stderr)
+        return 1
+    except _checkpoint.CheckpointError as err:
+        print(f"jaxattn plga train: refused checkpoint: {err}", file=sys.stderr)
+        return 2
+    if result.val_history:
+        step, val = result.val_history[-1]
+        print(
+            f"final: step {result.step}, validation loss {val:.4f} nats/token "
+            f"(unigram entropy {data.unigram_entropy:.4f}), {result.seconds / 60:.1f} min"
+        )
+    else:
+        print(f"stopped at step {result.step} of {tc.steps}; continue with --resume")
+    return 0
+
+
+# -- generate ---------------------------------------------------------------------------------------
+
+
+def run_generate(args) -> int:
+    import jax
+    import numpy as np
+
+    from ._cache import generate
+    from ._checkpoint import load_model, resolve
+    from ._data import Tokenizer
+
+    step_dir = resolve(args.ckpt)
+    model, manifest = load_model(step_dir)
+    tok_path = args.tokenizer
+    if tok_path is None:
+        candidate = step_dir.parent / "tokenizer.model"
+        tok_path = candidate if candidate.is_file() else None
+    tokenizer = Tokenizer(tok_path)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces, the model "
+            f"{model.config.vocab_size}"
+        )
+    prompt = tokenizer.encode(args.prompt)
+    if not prompt:
+        raise ValueError("--prompt is empty after tokenisation")
+    new = generate(
+        model,
+        np.asarray(prompt, np.int32),
+        max_new_tokens=args.max_new_tokens,
+        cache=args.cache,
+        sampling=args.sampling,
+        top_p=args.top_p,
+        temperature=args.temperature,
+        key=jax.random.key(args.seed),
+        eos_id=tokenizer.eos_id,
+    )
+    new = [int(t) for t in np.asarray(new)]
+    if tokenizer.eos_id in new:
+        new = new[: new.index(tokenizer.eos_id)]
+    print(tokenizer.decode(prompt + new))
+    if args.ids:
+        print("ids:", " ".join(map(str, new)))
+    print(
+        f"[checkpoint {step_dir} (step {manifest['step']}), {args.sampling}, cache={args.cache}]",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,476 @@
+r"""Training a PLDR-LLM on text: AdamW with clipping by value, linear warm-up + cosine decay, the
+pad-masked cross-entropy, the optional DAG regulariser on the deductive outputs, mixed precision,
+checkpoints that resume bit for bit, and a stop on a non-finite loss.
+
+Reference settings (Gokden, PLDR-LLM, arXiv 2410.16703 / 2502.13502; MATH.md Part 2): AdamW with
+β = (0.9, 0.95), eps 1e-5, weight decay 0.1; gradients clipped by value at 1.0; learning rate rising
+linearly from 0 to the peak over the warm-up, then a cosine decay to 10 % of the peak at the last step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import optax
+from jaxtyping import Array, Float, Int
+
+from . import _checkpoint
+from ._data import TextData, batch_indices
+
+__all__ = [
+    "NonFiniteLossError",
+    "TrainConfig",
+    "TrainResult",
+    "dag_penalty",
+    "evaluate",
+    "learning_rate_schedule",
+    "make_optimizer",
+    "masked_cross_entropy",
+    "train",
+]
+
+_DTYPES = {"float32": jnp.float32, "bf16": jnp.bfloat16, "bfloat16": jnp.bfloat16}
+# Fields of TrainConfig that may change between a run and its resumption without changing the result.
+_RESUMABLE_FIELDS = ("checkpoint_every", "eval_every", "keep_checkpoints")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite; training stopped and nothing was overwritten."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of a training run (all saved in every checkpoint's manifest).
+
+    - `steps`: total optimiser steps (sets the schedule); `batch_size`; `seq_len` (tokens per row).
+    - `learning_rate`: peak; `warmup_steps`: linear warm-up from 0; `final_lr_fraction`: the cosine
+      ends at this fraction of the peak (0.1).
+    - `b1, b2, eps, weight_decay`: AdamW (0.9, 0.95, 1e-5, 0.1); `clip_value`: gradient clip by value.
+    - `dag_coefficients`: weights of the DAG regulariser on `(A_LM, A_P, G_LM)`; zeros switch it off.
+    - `compute_dtype`: `"float32"` or `"bf16"` (master weights and optimiser state stay float32).
+    - `seed`: model initialisation and batch order; `checkpoint_every`, `eval_every` (steps; 0 = only
+      at the end); `keep_checkpoints` (0 = keep all).
+    """
+
+    steps: int = 300
+    batch_size: int = 8
+    seq_len: int = 64
+    learning_rate: float = 1e-3
+    warmup_steps: int = 30
+    final_lr_fraction: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.95
+    eps: float = 1e-5
+    weight_decay: float = 0.1
+    clip_value: float = 1.0
+    dag_coefficients: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    compute_dtype: Literal["float32", "bf16"] = "float32"
+    seed: int = 0
+    checkpoint_every: int = 100
+    eval_every: int = 100
+    keep_checkpoints: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "seq_len"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "checkpoint_every", "eval_every", "keep_checkpoints"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"TrainConfig.learning_rate must be > 0, got {self.learning_rate}")
+        if self.compute_dtype not in _DTYPES:
+            raise ValueError(
+                f"TrainConfig.compute_dtype must be 'float32' or 'bf16', got {self.compute_dtype!r}"
+            )
+        dag = tuple(float(c) for c in self.dag_coefficients)
+        if len(dag) != 3 or any(c < 0 or not math.isfinite(c) for c in dag):
+            raise ValueError(
+                "TrainConfig.dag_coefficients must be three finite numbers >= 0 (A_LM, A_P, G_LM), "
+                f"got {self.dag_coefficients!r}"
+            )
+        object.__setattr__(self, "dag_coefficients", dag)
+
+
+# -- pieces -----------------------------------------------------------------------------------------
+
+
+def learning_rate_schedule(
+    peak: float, *, warmup_steps: int, total_steps: int, final_fraction: float = 0.1
+) -> optax.Schedule:
+    r"""`η(t) = peak · t / W` for `t ≤ W`, then
+    `η(t) = peak · (f + (1 − f) · (1 + cos(π (t − W)/(T − W))) / 2)` up to `t = T` (and `f · peak` after),
+    with `W` = `warmup_steps`, `T` = `total_steps`, `f` = `final_fraction`."""
+    warmup_steps = min(int(warmup_steps), max(int(total_steps) - 1, 0))
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=peak,
+        warmup_steps=warmup_steps,
+        decay_steps=max(int(total_steps), warmup_steps + 1),
+        end_value=final_fraction * peak,
+    )
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """Gradient clip by value, then AdamW on the schedule of `config`."""
+    schedule = learning_rate_schedule(
+        config.learning_rate,
+        warmup_steps=config.warmup_steps,
+        total_steps=config.steps,
+        final_fraction=config.final_lr_fraction,
+    )
+    return optax.chain(
+        optax.clip(config.clip_value),
+        optax.adamw(
+            schedule,
+            b1=config.b1,
+            b2=config.b2,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        ),
+    )
+
+
+def masked_cross_entropy(
+    logits: Float[Array, "... seq vocab"], targets: Int[Array, "... seq"], *, pad_id: int
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    r"""Sum over non-pad targets of `−log softmax(logits)[target]`, and the number of such targets.
+
+    The mean loss is `sum / max(count, 1)`; computed in at least float32."""
+    dtype = jnp.promote_types(logits.dtype, jnp.float32)
+    logits = logits.astype(dtype)
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    keep = targets != pad_id
+    nll = jnp.where(keep, logz - picked, 0.0)
+    return nll.sum(), keep.sum().astype(dtype)
+
+
+def dag_penalty(M: Float[Array, "... dk dk"]) -> Float[Array, "..."]:
+    r"""NOTEARS-style acyclicity measure `|log(tr(exp(M ∘ M)) / dk)|` of each `dk × dk` matrix.
+
+    `tr exp(M∘M) = dk + Σ_k tr((M∘M)^k)/k!` counts weighted closed walks, so the penalty is 0 exactly
+    when the weighted graph of `M` has no cycle (e.g. `M` strictly triangular, or 0) and positive
+    otherwise. Computed in at least float32."""
+    dk = M.shape[-1]
+    dtype = jnp.promote_types(M.dtype, jnp.float32)
+    flat = M.astype(dtype).reshape(-1, dk, dk)
+    trace = jax.vmap(lambda m: jnp.trace(jsl.expm(m * m)))(flat)
+    return jnp.abs(jnp.log(trace / dk)).reshape(M.shape[:-2])
+
+
+def _cast(tree, dtype):
+    return jax.tree.map(
+        lambda x: x.astype(dtype) if eqx.is_inexact_array(x) and x.dtype != dtype else x, tree
+    )
+
+
+def _loss(params, static, inputs, targets, *, pad_id, dag_coefficients, compute_dtype):
+    model = eqx.combine(params, static)
+    if compute_dtype is not None:
+        model = _cast(model, compute_dtype)
+    logits, deductive = jax.vmap(model)(inputs)
+    total, count = masked_cross_entropy(logits, targets, pad_id=pad_id)
+    ce = total / jnp.maximum(count, 1.0)
+    reg = jnp.zeros((), ce.dtype)
+    for coef, name in zip(dag_coefficients, ("A_LM", "A_P", "G_LM")):
+        if coef == 0:
+            continue
+        tensors = [getattr(d, name) for d in deductive]
+        if any(t is None for t in tensors):
+            raise ValueError(f"dag_coefficients: the model computes no {name} (SDPA or fixed G)")
+        penalty = jnp.mean(jnp.stack([jnp.mean(dag_penalty(t)) for t in tensors]))
+        reg = reg + coef * penalty.astype(ce.dtype)
+    return ce + reg, (ce, reg, count)
+
+
+def make_step(optimizer, *, pad_id, dag_coefficients=(0.0, 0.0, 0.0), compute_dtype=None):
+    """The jitted training step `(params, static, opt_state, inputs, targets) → (params, opt_state,
+    metrics)`. It compiles once per shape: a second trace raises (`eqx.debug.assert_max_traces`)."""
+
+    def step(params, static, opt_state, inputs, targets):
+        grad_fn = jax.value_and_grad(_loss, has_aux=True)
+        (loss, (ce, reg, count)), grads = grad_fn(
+            params,
+            static,
+            inputs,
+            targets,
+            pad_id=pad_id,
+            dag_coefficients=dag_coefficients,
+            compute_dtype=compute_dtype,
+        )
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, "cross_entropy": ce, "dag": reg, "tokens": count}
+
+    return eqx.filter_jit(eqx.debug.assert_max_traces(step, max_traces=1))
+
+
+def make_eval_step(*, pad_id, compute_dtype=None):
+    def eval_step(params, static, inputs, targets):
+        model = eqx.combine(params, static)
+        if compute_dtype is not None:
+            model = _cast(model, compute_dtype)
+        logits, _ = jax.vmap(model)(inputs)
+        return masked_cross_entropy(logits, targets, pad_id=pad_id)
+
+    return eqx.filter_jit(eqx.debug.assert_max_traces(eval_step, max_traces=1))
+
+
+def evaluate(model, blocks: np.ndarray, *, batch_size: int, pad_id: int, eval_step=None,
+             compute_dtype=None) -> float:
+    """Mean cross-entropy (nats/token) of `model` on the rows `blocks` `(n, seq_len + 1)`: inputs are
+    the rows without their last token, targets the rows shifted by one; pad targets are ignored."""
+    if eval_step is None:
+        eval_step = make_eval_step(pad_id=pad_id, compute_dtype=compute_dtype)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    total, count = 0.0, 0.0
+    for start in range(0, len(blocks), batch_size):
+        rows = blocks[start : start + batch_size]
+        if len(rows) < batch_size:  # fixed shape: pad with all-pad rows (masked)
+            fill = np.full((batch_size - len(rows), rows.shape[1]), pad_id, rows.dtype)
+            rows = np.concatenate([rows, fill])
+        s, c = eval_step(params, static, jnp.asarray(rows[:, :-1]), jnp.asarray(rows[:, 1:]))
+        total += float(s)
+        count += float(c)
+    return total / max(count, 1.0)
+
+
+# -- the loop ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a run produced: the final model, optimiser state and step, the loss history
+    `[(step, loss)]`, validation history `[(step, val_loss)]`, and the last checkpoint directory."""
+
+    model: eqx.Module
+    opt_state: object
+    step: int
+    history: list
+    val_history: list
+    checkpoint: pathlib.Path | None
+    seconds: float
+
+
+def _run_manifest(model, config: TrainConfig, extra):
+    body = {
+        "model_config": _checkpoint.config_dict(getattr(model, "config", None)),
+        "train_config": _checkpoint.config_dict(config),
+        "attention": getattr(model, "attention", None),
+    }
+    body.update(extra or {})
+    return body
+
+
+def train(
+    model: eqx.Module,
+    data: TextData,
+    config: TrainConfig,
+    *,
+    out_dir,
+    resume: bool = False,
+    stop_after: int | None = None,
+    progress: bool = True,
+    manifest: dict | None = None,
+    log: Callable[[str], None] | None = print,
+) -> TrainResult:
+    r"""Train `model` (a freshly initialised one: on `resume` it only gives the structure) on
+    `data.train`, evaluating on `data.val`, writing checkpoints to `out_dir`.
+
+    **Arguments:**
+
+    - `model`: an Equinox module mapping ids `(seq,)` to `(logits (seq, vocab), per-layer deductive
+      outputs)`, e.g. `PLDRLLM`; its floating leaves are the float32 master weights.
+    - `data`: a `TextData` (rows of `config.seq_len + 1` tokens).
+    - `config`: a `TrainConfig`.
+    - `out_dir`: the run directory (see `_checkpoint`).
+    - `resume`: continue from the latest checkpoint in `out_dir`, bit for bit as if never stopped.
+      Without it, an `out_dir` that already holds checkpoints is refused (nothing is overwritten).
+    - `stop_after`: stop (and checkpoint) after this many steps of this call — the schedule still
+      runs to `config.steps`; resume later to finish.
+    - `progress`: show a tqdm bar (loss, tokens/s, ETA); `manifest`: extra JSON for every checkpoint;
+      `log`: where messages go (`None`: silent).
+
+    **Returns:** a `TrainResult`.
+
+    **Raises:** `ValueError` for data that does not match the config, an existing run without
+    `resume`, a refused checkpoint (`CheckpointError`); `NonFiniteLossError` when the loss becomes NaN
+    or infinite (training stops; checkpoints already written are kept untouched, and the message
+    names the step and the last good checkpoint).
+    """
+    say = log or (lambda _msg: None)
+    out_dir = pathlib.Path(out_dir)
+    if data.seq_len != config.seq_len or data.train.shape[1] != config.seq_len + 1:
+        raise ValueError(
+            f"data rows have seq_len {data.seq_len}, TrainConfig.seq_len is {config.seq_len}"
+        )
+    pad_id = int(data.pad_id)
+    compute_dtype = None if config.compute_dtype == "float32" else _DTYPES[config.compute_dtype]
+    optimizer = make_optimizer(config)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+    opt_state = optimizer.init(params)
+    run_manifest = _run_manifest(model, config, manifest)
+
+    step, position = 0, 0
+    existing = _checkpoint.latest_checkpoint(out_dir)
+    if resume:
+        if existing is None:
+            raise ValueError(f"--resume: {out_dir} holds no checkpoint to resume from")
+        model, opt_state, saved = _checkpoint.load_checkpoint(
+            existing,
+            like_model=model,
+            like_opt_state=opt_state,
+            model_config=run_manifest["model_config"],
+            train_config=run_manifest["train_config"],
+            ignore_train_fields=_RESUMABLE_FIELDS,
+        )
+        params, static = eqx.partition(model, eqx.is_inexact_array)
+        step, position = int(saved["step"]), int(saved["data_position"])
+        say(f"resumed from {existing} (step {step})")
+    elif existing is not None:
+        raise ValueError(
+            f"{out_dir} already holds checkpoints (latest {existing.name}); pass --resume to "
+            "continue that run or choose another directory"
+        )
+
+    train_step = make_step(
+        optimizer,
+        pad_id=pad_id,
+        dag_coefficients=config.dag_coefficients,
+        compute_dtype=compute_dtype,
+    )
+    eval_step = make_eval_step(pad_id=pad_id, compute_dtype=compute_dtype)
+    log_path = out_dir / "metrics.jsonl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def record(entry):
+        with open(log_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    history, val_history = [], []
+    last_ckpt = existing if resume else None
+    end = config.steps if stop_after is None else min(config.steps, step + int(stop_after))
+
+    def save(metrics=None):
+        m = dict(run_manifest)
+        m["metrics"] = metrics or {}
+        return _checkpoint.save_checkpoint(
+            out_dir,
+            step=step,
+            data_position=position,
+            model=eqx.combine(params, static),
+            opt_state=opt_state,
+            manifest=m,
+            keep=config.keep_checkpoints,
+        )
+
+    def validate():
+        if len(data.val) == 0:
+            return None
+        val = evaluate(
+            eqx.combine(params, static),
+            data.val,
+            batch_size=config.batch_size,
+            pad_id=pad_id,
+            eval_step=eval_step,
+        )
+        val_history.append((step, val))
+        record({"step": step, "val_loss": val, "val_perplexity": math.exp(min(val, 700.0))})
+        return val
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.steps, initial=step, unit="step", dynamic_ncols=True, leave=True)
+    t0 = time.perf_counter()
+    tokens_seen, last_loss = 0.0, float("nan")
+    try:
+        while step < end:
+            idx = batch_indices(len(data.train), config.batch_size, position, config.seed)
+            rows = data.train[idx]
+            inputs, targets = jnp.asarray(rows[:, :-1]), jnp.asarray(rows[:, 1:])
+            new_params, new_opt_state, metrics = train_step(
+                params, static, opt_state, inputs, targets
+            )
+            loss = float(metrics["loss"])
+            if not math.isfinite(loss):
+                where = (
+                    f"the last good checkpoint is {last_ckpt} (step {_step_of(last_ckpt)})"
+                    if last_ckpt is not None
+                    else "no checkpoint had been written yet"
+                )
+                raise NonFiniteLossError(
+                    f"training loss is {loss} at step {step + 1} (computed from the parameters after "
+                    f"step {step}); training stopped and nothing was overwritten: {where}. Lower the "
+                    "learning rate or lengthen the warm-up, then resume."
+                )
+            params, opt_state = new_params, new_opt_state
+            step += 1
+            position += config.batch_size
+            tokens_seen += float(metrics["tokens"])
+            last_loss = loss
+            history.append((step, loss))
+            record(
+                {
+                    "step": step,
+                    "loss": loss,
+                    "cross_entropy": float(metrics["cross_entropy"]),
+                    "dag": float(metrics["dag"]),
+                }
+            )
+            if bar is not None:
+                elapsed = max(time.perf_counter() - t0, 1e-9)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_seen / elapsed:.0f}")
+                bar.update(1)
+            done = step == end
+            if config.eval_every and step % config.eval_every == 0 and not done:
+                val = validate()
+                if val is not None:
+                    say(f"step {step}: validation loss {val:.4f} (perplexity {math.exp(val):.1f})")
+            if config.checkpoint_every and step % config.checkpoint_every == 0 and not done:
+                last_ckpt = save({"loss": loss})
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        last_ckpt = save({"loss": last_loss, "interrupted": True})
+        say(f"interrupted: saved {last_ckpt}; continue with --resume")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+
+    val = validate() if step == end else None
+    metrics = {"loss": last_loss}
+    if val is not None:
+        metrics.update(val_loss=val, val_perplexity=math.exp(min(val, 700.0)))
+        say(f"step {step}: validation loss {val:.4f} (perplexity {math.exp(val):.1f})")
+    if last_ckpt is None or _step_of(last_ckpt) != step:
+        last_ckpt = save(metrics)
+    seconds = time.perf_counter() - t0
+    say(f"saved {last_ckpt}")
+    return TrainResult(
+        model=eqx.combine(params, static),
+        opt_state=opt_state,
+        step=step,
+        history=history,
+        val_history=val_history,
+        checkpoint=last_ckpt,
+        seconds=seconds,
+    )
+
+
+def _step_of(path) -> int:
+    return int(pathlib.Path(path).name.split("_")[-1])
