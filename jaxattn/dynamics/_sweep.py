@@ -723,8 +723,9 @@ def sweep(
 
     # Order members by predicted cost so that a chunk holds members of similar stiffness.
     if group == "stiffness":
-        nA = np.linalg.norm(Am.astype(np.float64), ord=2, axis=(1, 2))
-        nV = np.linalg.norm(Vm.astype(np.float64), ord=2, axis=(1, 2))
+        finite = np.isfinite(Am).all((1, 2)) & np.isfinite(Vm).all((1, 2))
+        nA = np.linalg.norm(np.where(finite[:, None, None], Am, 0.0), ord=2, axis=(1, 2))
+        nV = np.linalg.norm(np.where(finite[:, None, None], Vm, 0.0), ord=2, axis=(1, 2))
         cost = np.abs(bm) * nA * nV if time_scale == "physical" else np.ones(B)
         cost = np.where(np.isfinite(cost), cost, np.inf)
         perm = np.argsort(cost, kind="stable")
