@@ -50,7 +50,7 @@ def potential_power(x: Array, p: Array, epsilon: float) -> Array:
     """
     finfo = jnp.finfo(x.dtype)
     floor = jnp.asarray(max(float(epsilon), float(finfo.tiny)), x.dtype)
-    z = p * jnp.log(jnp.maximum(x, floor))
+    z = p * jnp.log(jnp.where(x >= floor, x, floor))
     return jnp.exp(jnp.minimum(z, jnp.asarray(math.log(float(finfo.max)) - 2.0, x.dtype)))
 
 

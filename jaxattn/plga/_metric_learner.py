@@ -175,3 +175,103 @@ class MetricLearner(eqx.Module):
         params = (self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.ln_weight, self.ln_bias)
         out, _ = jax.lax.scan(unit, x, params)
         return out
+
+
+_ZERO_NAMES = frozenset({"bias", "b1", "b2", "b3", "b_W", "b_a", "ln_bias"})
+_ONE_NAMES = frozenset({"ln_weight"})
+
+
+def init_params(tree, key: PRNGKeyArray):
+    r"""Fill every array of a PLGA/PLDR-LLM module (or a shape-only skeleton from
+    `eqx.filter_eval_shape`) with its initial value, using just two random draws.
+
+    Rules (the same distributions as the module constructors): LayerNorm scales 1 and offsets 0;
+    biases (`bias`, `b1…b3`, `b_W`, `b_a`) 0; `embedding` N(0, 1); PLGA exponents `P` N(0, 0.1²);
+    every other matrix (Linear weights, GLU weights, `W`, `a`) Xavier-uniform on its last two axes.
+
+    One `uniform` and one `normal` call over the concatenated sizes compile in about a second,
+    whereas one random call per parameter makes XLA compile for minutes on a small CPU.
+    """
+
+    def fix_ln(m):
+        if isinstance(m, LayerNorm):
+            w, b = m.weight, m.bias
+            return eqx.tree_at(
+                lambda l: (l.weight, l.bias), m, (jnp.ones(w.shape, w.dtype), jnp.zeros(b.shape, b.dtype))
+            )
+        return m
+
+    tree = jax.tree.map(fix_ln, tree, is_leaf=lambda m: isinstance(m, LayerNorm))
+    flat, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    plan = []  # (kind, shape, dtype, scale)
+    n_uniform = n_normal = 0
+    for path, leaf in flat:
+        if not isinstance(leaf, jax.ShapeDtypeStruct) and not eqx.is_array(leaf):
+            plan.append(None)
+            continue
+        if eqx.is_array(leaf) and isinstance(leaf, jax.Array) and _is_initialised_ln(path, tree):
+            plan.append(None)
+            continue
+        name = _leaf_name(path)
+        shape, dtype = tuple(leaf.shape), leaf.dtype
+        size = math.prod(shape)
+        if name in _ZERO_NAMES:
+            plan.append(("zeros", shape, dtype, 0.0))
+        elif name in _ONE_NAMES:
+            plan.append(("ones", shape, dtype, 0.0))
+        elif name == "embedding":
+            plan.append(("normal", shape, dtype, 1.0))
+            n_normal += size
+        elif name == "P":
+            plan.append(("normal", shape, dtype, 0.1))
+            n_normal += size
+        else:
+            fan_out, fan_in = shape[-2], shape[-1]
+            plan.append(("uniform", shape, dtype, math.sqrt(6.0 / (fan_in + fan_out))))
+            n_uniform += size
+    ku, kn = jax.random.split(key)
+    uniform = jax.random.uniform(ku, (n_uniform,), jnp.float32, -1.0, 1.0)
+    normal = jax.random.normal(kn, (n_normal,), jnp.float32)
+    iu = inormal = 0
+    out = []
+    for (path, leaf), p in zip(flat, plan):
+        if p is None:
+            out.append(leaf)
+            continue
+        kind, shape, dtype, scale = p
+        size = math.prod(shape)
+        if kind == "zeros":
+            out.append(jnp.zeros(shape, dtype))
+        elif kind == "ones":
+            out.append(jnp.ones(shape, dtype))
+        elif kind == "uniform":
+            out.append((scale * uniform[iu : iu + size]).reshape(shape).astype(dtype))
+            iu += size
+        else:
+            out.append((scale * normal[inormal : inormal + size]).reshape(shape).astype(dtype))
+            inormal += size
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _leaf_name(path) -> str:
+    for p in reversed(path):
+        if isinstance(p, jax.tree_util.GetAttrKey):
+            return p.name
+        if isinstance(p, jax.tree_util.DictKey):
+            return str(p.key)
+    return ""
+
+
+def _is_initialised_ln(path, tree) -> bool:
+    """True for the arrays of LayerNorms (already set to ones/zeros by `fix_ln`)."""
+    node = tree
+    for p in path[:-1]:
+        if isinstance(p, jax.tree_util.GetAttrKey):
+            node = getattr(node, p.name)
+        elif isinstance(p, jax.tree_util.SequenceKey):
+            node = node[p.idx]
+        elif isinstance(p, jax.tree_util.DictKey):
+            node = node[p.key]
+        else:
+            return False
+    return isinstance(node, LayerNorm)

@@ -16,7 +16,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._attention import AttentionKind, DeductiveOutputs, PowerLawGraphAttention
-from ._metric_learner import LayerNorm, Linear, SwiGLU
+from ._metric_learner import LayerNorm, Linear, SwiGLU, init_params
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +171,23 @@ class DecoderLayer(eqx.Module):
         return self.ln2(x1 + self.ffn(x1))
 
 
+def _build_parts(config: PLDRLLMConfig, key, *, dtype, attention):
+    ke, kh, *kl = jax.random.split(key, 2 + config.num_layers)
+    embedding = jax.random.normal(ke, (config.vocab_size, config.d_model), dtype)
+    emb_norm = LayerNorm(config.d_model, eps=config.layer_norm_eps, dtype=dtype)
+    layers = [DecoderLayer(config, attention=attention, key=k, dtype=dtype) for k in kl]
+    final_layer = Linear(config.d_model, config.vocab_size, key=kh, dtype=dtype)
+    return dict(embedding=embedding, emb_norm=emb_norm, layers=layers, final_layer=final_layer)
+
+
+@eqx.filter_jit
+def _init_parts(config: PLDRLLMConfig, key, *, dtype, attention):
+    # Shapes only (nothing compiled), then every array from two random draws (`init_params`).
+    skeleton = eqx.filter_eval_shape(_build_parts, config, key, dtype=dtype, attention=attention)
+    p = init_params(skeleton, key)
+    return p["embedding"], p["emb_norm"], p["layers"], p["final_layer"]
+
+
 def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
@@ -217,13 +234,11 @@ class PLDRLLM(eqx.Module):
             raise ValueError(f"`config` must be a PLDRLLMConfig, got {type(config).__name__}.")
         if attention not in ("plga", "sdpa"):
             raise ValueError(f"`attention` must be 'plga' or 'sdpa', got {attention!r}.")
-        ke, kh, *kl = jax.random.split(key, 2 + config.num_layers)
         self.config = config
         self.attention = attention
-        self.embedding = jax.random.normal(ke, (config.vocab_size, config.d_model), dtype)
-        self.emb_norm = LayerNorm(config.d_model, eps=config.layer_norm_eps, dtype=dtype)
-        self.layers = [DecoderLayer(config, attention=attention, key=k, dtype=dtype) for k in kl]
-        self.final_layer = Linear(config.d_model, config.vocab_size, key=kh, dtype=dtype)
+        # One compiled initialiser instead of hundreds of eagerly dispatched random ops.
+        parts = _init_parts(config, key, dtype=jnp.dtype(dtype), attention=attention)
+        self.embedding, self.emb_norm, self.layers, self.final_layer = parts
 
     @property
     def dtype(self):
