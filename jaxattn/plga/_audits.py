@@ -35,6 +35,13 @@ __all__ = [
     "summarise",
     "as_host",
     "energy_curvature_audit",
+    "TENSORS",
+    "InvarianceAudit",
+    "deductive_tensors",
+    "invariance_audit",
+    "perturb_suffix",
+    "noncausality_audit",
+    "cache_fidelity",
 ]
 
 EPS_F32 = float(np.finfo(np.float32).eps)
@@ -494,4 +501,300 @@ def energy_curvature_audit(
     u, _, vt = np.linalg.svd(g)
     out["left_sign_definiteness"] = _sign_definiteness(u[..., :, 0])
     out["right_sign_definiteness"] = _sign_definiteness(vt[..., 0, :])
+    return out
+
+
+# ============================================================================= model audits
+#
+# These act on a `PLDRLLM` (jaxattn.plga._model). They run in the model's dtype; the order
+# parameters are then formed in the widest float available.
+
+TENSORS = ("A", "A_LM", "A_P", "G_LM")
+"""The deductive tensors audited, in order."""
+
+
+def _stack_deductive(deductive) -> dict[str, Array]:
+    """Per tensor name, `(layers, heads, dk, dk)` from a list of per-layer `DeductiveOutputs`.
+
+    With a causal density operator the tensors carry a leading `seq` axis; the last position
+    (the whole sequence) is kept. Tensors that the model does not compute (SDPA, injected `G`)
+    are left out.
+    """
+    out = {}
+    for name in TENSORS:
+        per_layer = [getattr(d, name) for d in deductive]
+        if any(t is None for t in per_layer):
+            continue
+        per_layer = [t[-1] if t.ndim == 4 else t for t in per_layer]
+        out[name] = jnp.stack(per_layer)
+    return out
+
+
+def _check_batch_ids(model, ids, fn: str) -> Array:
+    ids = jnp.asarray(ids)
+    if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+        raise ValueError(
+            f"{fn}: `ids` must be integer token ids of shape (prompts, seq), "
+            f"got {ids.shape} {ids.dtype}."
+        )
+    for row in np.asarray(ids):
+        model.check_ids(row)
+    return ids
+
+
+@eqx.filter_jit
+def _deductive_batch(model, ids):
+    return jax.vmap(lambda i: _stack_deductive(model(i)[1]))(ids)
+
+
+def deductive_tensors(model, ids: Int[ArrayLike, "*prompts seq"]) -> dict[str, Array]:
+    """The deductive tensors of a model on one prompt `(seq,)` or a batch `(prompts, seq)`.
+
+    **Returns:** a dict `{"A", "A_LM", "A_P", "G_LM"}` of arrays
+    `([prompts,] layers, heads, dk, dk)` (with a causal density operator, the tensors of the last
+    position).
+    """
+    ids = jnp.asarray(ids)
+    single = ids.ndim == 1
+    ids = _check_batch_ids(model, ids[None] if single else ids, "deductive_tensors")
+    out = _deductive_batch(model, ids)
+    return {k: v[0] for k, v in out.items()} if single else out
+
+
+class InvarianceAudit(eqx.Module):
+    """Invariance order parameters of a model over pairs of prompts.
+
+    - `by_mean_abs`, `by_rms`: `(pairs, layers, tensors)`, see `invariance_order_parameter`;
+    - `pairs`: `(pairs, 2)` prompt indices;
+    - `tensors`: the tensor names along the last axis (static).
+    """
+
+    by_mean_abs: Float[Array, "pairs layers tensors"]
+    by_rms: Float[Array, "pairs layers tensors"]
+    pairs: Int[Array, "pairs 2"]
+    tensors: tuple[str, ...] = eqx.field(static=True)
+
+    def summary(self) -> dict:
+        """`{variant: {tensor: [per-layer summarise(...) over pairs]}}` (host floats)."""
+        out = {}
+        for variant in ("by_mean_abs", "by_rms"):
+            v = np.asarray(getattr(self, variant))
+            out[variant] = {
+                name: [summarise(v[:, layer, t]) for layer in range(v.shape[1])]
+                for t, name in enumerate(self.tensors)
+            }
+        return out
+
+
+@eqx.filter_jit
+def _pair_order_parameters(tensors: dict, pairs):
+    def one(i, j):
+        cols = [jax.vmap(invariance_order_parameter)(tensors[n][i], tensors[n][j]) for n in tensors]
+        return (
+            jnp.stack([c.by_mean_abs for c in cols], axis=-1),
+            jnp.stack([c.by_rms for c in cols], axis=-1),
+        )
+
+    return jax.vmap(one)(pairs[:, 0], pairs[:, 1])
+
+
+def invariance_audit(model, ids: Int[ArrayLike, "prompts seq"], *, pairs=None) -> InvarianceAudit:
+    """Invariance order parameter of every layer and deductive tensor over pairs of prompts.
+
+    Runs the model once per prompt (vmapped, one compilation per shape), then for each pair
+    `(i, j)` and layer `l` computes `invariance_order_parameter(T_l(ids_i), T_l(ids_j))` for
+    `T ∈ {A, A_LM, A_P, G_LM}`. Prompts that share a prefix and differ in their continuation
+    audit invariance to the continuation; unrelated prompts audit invariance to the input.
+    A fully collapsed model gives exactly 0.
+
+    **Arguments:** `model` (a `PLDRLLM`); `ids` of shape `(prompts, seq)`, `prompts ≥ 2`;
+    `pairs`: `(pairs, 2)` indices (default: every `i < j`).
+
+    **Returns:** an `InvarianceAudit` (`.summary()` gives the distribution over pairs).
+
+    **Raises:** `ValueError` for fewer than two prompts, bad ids, or a model without deductive
+    tensors (SDPA).
+    """
+    ids = _check_batch_ids(model, ids, "invariance_audit")
+    n = ids.shape[0]
+    if n < 2:
+        raise ValueError(f"invariance_audit: need at least 2 prompts, got {n}.")
+    if pairs is None:
+        pairs = np.stack(np.triu_indices(n, k=1), axis=-1)
+    pairs = jnp.asarray(pairs, dtype=jnp.int32)
+    if pairs.ndim != 2 or pairs.shape[1] != 2:
+        raise ValueError(
+            f"invariance_audit: `pairs` must have shape (pairs, 2), got {pairs.shape}."
+        )
+    tensors = _deductive_batch(model, ids)
+    if not tensors:
+        raise ValueError("invariance_audit: the model computes no deductive tensors (SDPA).")
+    by_mean, by_rms = _pair_order_parameters(tensors, pairs)
+    return InvarianceAudit(by_mean, by_rms, pairs, tuple(tensors))
+
+
+def perturb_suffix(
+    ids: Int[ArrayLike, " seq"], split: int, *, key, low: int = 4, vocab_size: int
+) -> Array:
+    """`ids` with every position `≥ split` replaced by a random id in `[low, vocab_size)` that
+    differs from the original one (ids below `low` are the special tokens)."""
+    ids = jnp.asarray(ids)
+    seq = ids.shape[0]
+    if not 0 < split < seq:
+        raise ValueError(f"perturb_suffix: `split` must be in (0, {seq}), got {split}.")
+    shift = jax.random.randint(key, (seq,), 1, vocab_size - low)
+    new = low + (ids - low + shift) % (vocab_size - low)
+    return jnp.where(jnp.arange(seq) >= split, new.astype(ids.dtype), ids)
+
+
+@eqx.filter_jit
+def _noncausality(model, ids, alt_ids, split):
+    la, da = model(ids)
+    lb, db = model(alt_ids)
+    early = jnp.arange(ids.shape[0]) < split
+    dlogit = jnp.max(jnp.abs(la - lb), axis=-1)
+    scale = jnp.max(jnp.abs(la))
+    out = {
+        "max_abs_dlogit": jnp.max(jnp.where(early, dlogit, 0)),
+        "rel_dlogit": _safe_div(jnp.max(jnp.where(early, dlogit, 0)), scale),
+        "per_position_dlogit": jnp.where(early, dlogit, jnp.nan),
+        "argmax_agreement": jnp.sum(early & (jnp.argmax(la, -1) == jnp.argmax(lb, -1)))
+        / jnp.sum(early),
+    }
+    ta, tb = _stack_deductive(da), _stack_deductive(db)
+    for name in ta:
+        x, y = _wide(ta[name]), _wide(tb[name])
+        num = jnp.sqrt(jnp.sum(jnp.square(x - y), axis=(-3, -2, -1)))
+        out[f"rel_d{name}"] = _safe_div(num, jnp.sqrt(jnp.sum(jnp.square(x), axis=(-3, -2, -1))))
+    return out
+
+
+def noncausality_audit(
+    model, ids: Int[ArrayLike, " seq"], alt_ids: Int[ArrayLike, " seq"], *, split: int
+) -> dict:
+    """How much changing the tokens at positions `≥ split` moves earlier logits and `G_LM`.
+
+    In the reference model the density operator sums over all positions, so later tokens
+    change `A … G_LM` and, through them, the logits at earlier positions: the model is not
+    causal. A causal model (SDPA, or `causal_density=True`) gives 0.
+
+    **Arguments:** `model`; `ids` and `alt_ids` `(seq,)`, equal before `split`
+    (`perturb_suffix` makes one); `split`.
+
+    **Returns:** a dict of host values: `max_abs_dlogit` and `rel_dlogit` (over positions
+    `< split`, relative to `max |logit|`), `per_position_dlogit` `(seq,)` (NaN from `split` on),
+    `argmax_agreement` over positions `< split`, and per layer `rel_dA … rel_dG_LM`
+    (`‖ΔT‖_F / ‖T‖_F`).
+
+    **Raises:** `ValueError` if the prompts differ before `split` or have different shapes.
+    """
+    ids, alt_ids = model.check_ids(ids), model.check_ids(alt_ids, name="alt_ids")
+    if ids.shape != alt_ids.shape:
+        raise ValueError(
+            f"noncausality_audit: `ids` {ids.shape} and `alt_ids` {alt_ids.shape} differ in shape."
+        )
+    if not 0 < split < ids.shape[0]:
+        raise ValueError(
+            f"noncausality_audit: `split` must be in (0, {ids.shape[0]}), got {split}."
+        )
+    if bool(jnp.any(ids[:split] != alt_ids[:split])):
+        raise ValueError("noncausality_audit: `ids` and `alt_ids` must agree before `split`.")
+    out = _noncausality(model, ids, alt_ids, jnp.asarray(split))
+    return {k: np.asarray(v).tolist() for k, v in out.items()}
+
+
+@eqx.filter_jit
+def _prefix_state(model, buf, length):
+    """Uncached logits of position `length − 1` and `G_LM` per layer, with the density operator
+    over the first `length` positions of `buf` only (a full recomputation of that prefix, with
+    fixed-size buffers so that every length shares one compilation)."""
+    max_len = buf.shape[0]
+    pos = jnp.arange(max_len)
+    valid = pos < length
+    allowed = (
+        jnp.tril(jnp.ones((max_len, max_len), bool))
+        & (valid & (buf != model.config.pad_id))[None, :]
+    )
+    x, deductive, _ = model.run_layers(
+        model.embed(buf),
+        allowed=allowed,
+        positions=pos,
+        G=[None] * model.config.num_layers,
+        density_weights=valid.astype(model.dtype),
+    )
+    logits = model.final_layer(jax.lax.dynamic_index_in_dim(x, length - 1, 0, keepdims=False))
+    Gs = [d.G_LM for d in deductive]
+    if any(g is None for g in Gs):
+        return logits, None
+    return logits, jnp.stack([g[length - 1] if g.ndim == 4 else g for g in Gs])
+
+
+def cache_fidelity(
+    model, prompt: Int[ArrayLike, " seq"], *, max_new_tokens: int = 8, caches=("kv", "kvg")
+) -> dict:
+    """Cached (KV, KV+G) against uncached greedy decoding.
+
+    The uncached greedy path (`cache="none"`: every step a full recomputation) gives the tokens
+    `t₀ … t_{N−1}` and, at every step, the reference logits and `G_LM` of the whole sequence.
+    Each cache is then fed the same tokens (teacher forcing, so steps stay aligned) and its
+    logits compared; its own free-running greedy tokens are compared too.
+
+    **Arguments:** `model` (a `PLDRLLM`), `prompt` `(seq,)`, `max_new_tokens` `N ≥ 1`, `caches`.
+
+    **Returns:** a dict with `tokens` (the uncached greedy path) and per cache:
+    `max_abs_dlogit` `(N,)` and `rel_dlogit` `(N,)` (relative to `max |logit|` of the reference
+    step), `argmax_agreement` (fraction of steps, teacher-forced), `token_agreement` and
+    `first_divergence` (free running; `N` if none), and `rel_dG` `(N, layers)`: the relative
+    Frobenius distance between the frozen prompt `G_LM` the cache uses and the `G_LM` of the
+    whole sequence at that step (the same for KV and KV+G: KV freezes `A`, hence `G_LM`).
+    Step 0 is the prompt itself (cached and uncached agree there).
+    """
+    from ._cache import decode_step, prefill
+
+    prompt = model.check_ids(prompt, name="prompt")
+    n = int(max_new_tokens)
+    if n < 1:
+        raise ValueError(f"cache_fidelity: `max_new_tokens` must be ≥ 1, got {n}.")
+    L0 = prompt.shape[0]
+    max_len = L0 + n - 1
+    buf = jnp.full((max_len,), model.config.pad_id, prompt.dtype).at[:L0].set(prompt)
+    tokens, ref_logits, ref_G = [], [], []
+    for t in range(n):  # the uncached greedy path, one compilation for every step
+        lg, g = _prefix_state(model, buf, jnp.asarray(L0 + t))
+        tok = jnp.argmax(lg).astype(prompt.dtype)
+        tokens.append(tok)
+        ref_logits.append(lg)
+        ref_G.append(g)
+        if t < n - 1:
+            buf = buf.at[L0 + t].set(tok)
+    ref_logits = jnp.stack(ref_logits)
+    scale = jnp.max(jnp.abs(ref_logits), axis=-1)
+    out = {"tokens": [int(t) for t in tokens], "prompt_length": L0}
+    for kind in caches:
+        logits, cache0 = prefill(model, prompt, cache=kind, max_len=max_len)
+        forced, free = [logits[-1]], [jnp.argmax(logits[-1]).astype(prompt.dtype)]
+        cache_forced = cache_free = cache0
+        for t in range(n - 1):
+            lg, cache_forced = decode_step(model, cache_forced, tokens[t])
+            forced.append(lg)
+            lg, cache_free = decode_step(model, cache_free, free[-1])
+            free.append(jnp.argmax(lg).astype(prompt.dtype))
+        forced = jnp.stack(forced)
+        d = jnp.max(jnp.abs(forced - ref_logits), axis=-1)
+        same = np.asarray(jnp.stack(free) == jnp.stack(tokens))
+        res = {
+            "max_abs_dlogit": np.asarray(d).tolist(),
+            "rel_dlogit": np.asarray(_safe_div(d, scale)).tolist(),
+            "argmax_agreement": float(
+                np.mean(np.asarray(jnp.argmax(forced, -1) == jnp.argmax(ref_logits, -1)))
+            ),
+            "token_agreement": float(same.mean()),
+            "first_divergence": int(np.argmin(same)) if not same.all() else n,
+        }
+        if ref_G[0] is not None:
+            G = _wide(jnp.stack(ref_G))
+            num = jnp.sqrt(jnp.sum(jnp.square(G - G[:1]), axis=(-3, -2, -1)))
+            den = jnp.sqrt(jnp.sum(jnp.square(G), axis=(-3, -2, -1)))
+            res["rel_dG"] = np.asarray(_safe_div(num, den)).tolist()
+        out[kind] = res
     return out
