@@ -228,7 +228,10 @@ def _decide(
     log_gap = _safe_log(gw, gap_floor)
     gap_decay, gap_ratio = _rate_evidence(tw, log_gap)
     motion_scale = jnp.max(jnp.where(jnp.isfinite(motion), motion, 0))
-    motion_floor = 10 * np.sqrt(eps) * jnp.where(motion_scale > 0, motion_scale, 1)
+    # rest = motion below rounding-level position changes per save interval, or far below
+    # the largest motion seen
+    mean_dt = (ts[-1] - ts[0]) / (ts.shape[0] - 1)
+    motion_floor = jnp.maximum(10 * np.sqrt(eps) * motion_scale, np.sqrt(eps) / mean_dt)
     log_motion = _safe_log(mw, motion_floor)
     motion_decay, motion_ratio = _rate_evidence(tmw, log_motion)
     final_motion = jnp.mean(_thirds(mw)[2])
@@ -248,6 +251,7 @@ def _decide(
     amp_ratio = _safe_div(_peak_to_peak(sw[half:]), _peak_to_peak(sw[:half]))
     spread = jnp.min(gw) > 100 * gap_floor
     gap_stable = jnp.abs(gap_decay) < 0.05
+    period = jnp.where(p2p > 100 * gap_floor, period, jnp.nan)
     sustained = (count >= 4) & (amp_ratio > 0.7) & (amp_ratio < 1 / 0.7) & (p2p > 100 * gap_floor)
 
     is_cluster = clustered & at_rest
