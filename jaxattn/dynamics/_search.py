@@ -1,0 +1,213 @@
+r"""Gradient-based regime search: differentiate a regime score through the diffrax solve and
+move `A` and/or `V` with optax towards a target regime or onto a regime boundary.
+
+Scores (each a time average over the late part `[t1·(1−window), t1]` of the run, on a
+grid of save times):
+
+- `"order"`: `⟨|R₂|⟩` (d = 2) or `⟨2 λ_max(C) − 1⟩` (any d, `C = XᵀX/n`) — cluster
+  tightness: 1 for two antipodal clusters, 0 for a balanced state.
+- `"phase_velocity"`: `⟨|dR₂/dt|⟩` (finite differences of the saved series) — how fast
+  the state keeps moving (rotation, oscillation).
+
+Gradients flow through `diffrax.diffeqsolve` with `RecursiveCheckpointAdjoint` (memory
+`O(log max_steps)` checkpoints of the state, measured in `experiments/bench_sweep.py`).
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ..sphere import sample_uniform
+from ._ott_antonsen import solve_ott_antonsen
+from ._solve import simulate
+from ._vector_field import AttentionDynamics
+
+__all__ = ["regime_score", "regime_search", "SearchResult"]
+
+
+def _late_ts(t1, num_save, window, dtype):
+    return jnp.linspace((1 - window) * t1, t1, num_save, dtype=dtype)
+
+
+def regime_score(
+    A,
+    V,
+    beta=1.0,
+    *,
+    score: Literal["order", "phase_velocity"] = "order",
+    method: Literal["ott_antonsen", "particles"] = "ott_antonsen",
+    R0=0.1 + 0.05j,
+    x0=None,
+    kernel: str = "lsa",
+    t1: float = 40.0,
+    window: float = 0.5,
+    num_save: int = 41,
+    rtol: float = 1e-7,
+    atol: float = 1e-9,
+    max_steps: int = 16384,
+    adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
+):
+    r"""A differentiable regime score of the flow with parameters `(A, V, β)`.
+
+    `method="ott_antonsen"` (d = 2, LSA) solves the OA ODE from `R0`;
+    `method="particles"` solves the particle flow from `x0` (shape `(n, d)`, any d and
+    kernel). The score is the time average over the late `window` of the horizon `t1`.
+
+    **Returns:** a scalar, differentiable in `A`, `V`, `beta` (and `R0`/`x0`).
+    """
+    A = jnp.asarray(A)
+    V = jnp.asarray(V)
+    dtype = jnp.result_type(A.dtype, V.dtype, float)
+    ts = _late_ts(t1, num_save, window, dtype)
+    if method == "ott_antonsen":
+        sol = solve_ott_antonsen(
+            A, V, R0, beta=beta, t1=t1, ts=ts, rtol=rtol, atol=atol,
+            max_steps=max_steps, adjoint=adjoint, throw=False,
+        )
+        Y = jnp.stack([jnp.real(sol.R), jnp.imag(sol.R)], -1)
+        order = jnp.sqrt(jnp.sum(Y**2, -1) + 1e-30)
+    elif method == "particles":
+        if x0 is None:
+            raise ValueError("regime_score: method='particles' needs x0 of shape (n, d).")
+        field = AttentionDynamics(A, V, beta=beta, kernel=kernel)
+        traj = simulate(
+            field, x0, t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps,
+            adjoint=adjoint, throw=False,
+        )
+        n = traj.xs.shape[1]
+        C = jnp.einsum("tnd,tne->tde", traj.xs, traj.xs) / n
+        order = 2 * jnp.linalg.eigvalsh(C)[:, -1] - 1
+        Y = np.sqrt(2) * C.reshape(C.shape[0], -1)
+    else:
+        raise ValueError(f"regime_score: method must be 'ott_antonsen' or 'particles', got {method!r}.")
+    if score == "order":
+        return jnp.mean(order)
+    if score == "phase_velocity":
+        dY = jnp.diff(Y, axis=0)
+        return jnp.mean(jnp.sqrt(jnp.sum(dY**2, -1) + 1e-30) / jnp.diff(ts))
+    raise ValueError(f"regime_score: score must be 'order' or 'phase_velocity', got {score!r}.")
+
+
+@dataclasses.dataclass
+class SearchResult:
+    """History of a regime search.
+
+    **Fields:** `params` (the final parameter pytree), `A`, `V` (final matrices),
+    `history` (dict of NumPy arrays over the optimisation steps: `score`, `loss`, and
+    `params` flattened per step), `steps` (steps taken), `reached` (bool: target met).
+    """
+
+    params: object
+    A: jnp.ndarray
+    V: jnp.ndarray
+    history: dict
+    steps: int
+    reached: bool
+
+
+def regime_search(
+    params,
+    build: Callable,
+    *,
+    target: Literal["clustering", "no_clustering", "boundary"] = "clustering",
+    boundary_level: float = 0.5,
+    beta=1.0,
+    score: Literal["order", "phase_velocity"] = "order",
+    method: Literal["ott_antonsen", "particles"] = "ott_antonsen",
+    R0=0.1 + 0.05j,
+    x0=None,
+    t1: float = 40.0,
+    window: float = 0.5,
+    num_save: int = 41,
+    optimiser: optax.GradientTransformation | None = None,
+    learning_rate: float = 0.05,
+    max_iters: int = 100,
+    tol: float = 1e-3,
+    threshold: float = 0.9,
+    rtol: float = 1e-7,
+    atol: float = 1e-9,
+    callback: Callable | None = None,
+) -> SearchResult:
+    r"""Move parameters with gradient steps on a regime score until a target regime is
+    reached or the score sits on a boundary level.
+
+    `build(params) -> (A, V)` maps the optimised pytree to the matrices (e.g.
+    `lambda p: (jnp.eye(2), jnp.diag(p))` for Case 2, or `lambda p: (p["A"], p["V"])`).
+
+    Losses: `"clustering"` → `−score` until `score ≥ threshold`; `"no_clustering"` →
+    `score` until `score ≤ 1 − threshold`; `"boundary"` → `(score − boundary_level)²`
+    until `|score − boundary_level| < tol`. One compiled `value_and_grad` step is reused
+    for every iteration.
+
+    **Returns:** a `SearchResult`.
+    """
+    if target not in ("clustering", "no_clustering", "boundary"):
+        raise ValueError(f"regime_search: unknown target {target!r}.")
+    optimiser = optax.adam(learning_rate) if optimiser is None else optimiser
+
+    def loss_fn(p):
+        A, V = build(p)
+        s = regime_score(
+            A, V, beta, score=score, method=method, R0=R0, x0=x0, t1=t1, window=window,
+            num_save=num_save, rtol=rtol, atol=atol,
+        )
+        if target == "clustering":
+            loss = -s
+        elif target == "no_clustering":
+            loss = s
+        else:
+            loss = (s - boundary_level) ** 2
+        return loss, s
+
+    @eqx.filter_jit
+    def step(p, opt_state):
+        (loss, s), g = eqx.filter_value_and_grad(loss_fn, has_aux=True)(p)
+        updates, opt_state = optimiser.update(g, opt_state, p)
+        return eqx.apply_updates(p, updates), opt_state, loss, s
+
+    opt_state = optimiser.init(eqx.filter(params, eqx.is_array))
+
+    def done(s):
+        if target == "clustering":
+            return s >= threshold
+        if target == "no_clustering":
+            return s <= 1 - threshold
+        return abs(s - boundary_level) < tol
+
+    hist = dict(score=[], loss=[], params=[])
+    reached = False
+    it = 0
+    for it in range(1, max_iters + 1):
+        flat = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(params)])
+        new_params, new_state, loss, s = step(params, opt_state)
+        s = float(s)
+        hist["score"].append(s)
+        hist["loss"].append(float(loss))
+        hist["params"].append(flat)
+        if callback is not None:
+            callback(it, params, s)
+        if done(s):
+            reached = True
+            break
+        params, opt_state = new_params, new_state
+    A, V = build(params)
+    return SearchResult(
+        params=params,
+        A=jnp.asarray(A),
+        V=jnp.asarray(V),
+        history={k: np.asarray(v) for k, v in hist.items()},
+        steps=it,
+        reached=reached,
+    )
+
+
+def uniform_tokens(key, n, d, dtype=None):
+    """Uniform tokens for `method="particles"` searches (re-export of `sample_uniform`)."""
+    return sample_uniform(key, n, d, dtype=dtype)
