@@ -157,7 +157,9 @@ def read_manifest(path: str | os.PathLike) -> dict:
     path = resolve(path)
     mpath = path / "manifest.json"
     if not mpath.is_file():
-        raise CheckpointError(f"checkpoint {path}: no manifest.json (incomplete or not a checkpoint)")
+        raise CheckpointError(
+            f"checkpoint {path}: no manifest.json (incomplete or not a checkpoint)"
+        )
     try:
         manifest = json.loads(mpath.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -275,7 +277,5 @@ def load_model(path: str | os.PathLike, *, dtype=None):
     )
     model, _, manifest = load_checkpoint(manifest["path"], like_model=like)
     if dtype is not None:
-        model = jax.tree.map(
-            lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model
-        )
+        model = jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
     return model, manifest

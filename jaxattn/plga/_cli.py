@@ -71,8 +71,16 @@ def _add_train(sub):
     p.add_argument("--seed", type=int, default=0, help="initialisation and batch order (0)")
     p.add_argument("--ckpt-every", type=int, default=100, help="checkpoint period in steps (100)")
     p.add_argument("--eval-every", type=int, default=100, help="validation period in steps (100)")
-    p.add_argument("--keep", type=int, default=0, help="keep only the newest N checkpoints (0 = all)")
+    p.add_argument(
+        "--keep", type=int, default=0, help="keep only the newest N checkpoints (0 = all)"
+    )
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument(
+        "--allow-changed-settings",
+        action="store_true",
+        help="with --resume: accept training settings that differ from the checkpoint's "
+        "(e.g. a lower --lr after a NaN stop; no longer bit-for-bit the same run)",
+    )
     p.add_argument("--stop-after", type=int, metavar="N", help="stop after N steps of this call")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=run_train)
@@ -240,6 +248,7 @@ def run_train(args) -> int:
             progress=not args.no_progress,
             manifest=manifest,
             log=lambda msg: print(msg, file=sys.stderr),
+            allow_changed_settings=args.allow_changed_settings,
         )
     except NonFiniteLossError as err:
         print(f"jaxattn plga train: stopped: {err}", file=sys.stderr)

@@ -10,6 +10,7 @@ linearly from 0 to the peak over the warm-up, then a cosine decay to 10 % of the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -157,7 +158,7 @@ def masked_cross_entropy(
     return nll.sum(), keep.sum().astype(dtype)
 
 
-def dag_penalty(M: Float[Array, "... dk dk"]) -> Float[Array, "..."]:
+def dag_penalty(M: Float[Array, "... dk dk"]) -> Float[Array, ...]:
     r"""NOTEARS-style acyclicity measure `|log(tr(exp(M ∘ M)) / dk)|` of each `dk × dk` matrix.
 
     `tr exp(M∘M) = dk + Σ_k tr((M∘M)^k)/k!` counts weighted closed walks, so the penalty is 0 exactly
@@ -228,8 +229,26 @@ def make_eval_step(*, pad_id, compute_dtype=None):
     return eqx.filter_jit(eqx.debug.assert_max_traces(eval_step, max_traces=1))
 
 
-def evaluate(model, blocks: np.ndarray, *, batch_size: int, pad_id: int, eval_step=None,
-             compute_dtype=None) -> float:
+@functools.lru_cache(maxsize=8)
+def _cached_step(settings: TrainConfig, pad_id: int, structure):
+    compute_dtype = None if settings.compute_dtype == "float32" else _DTYPES[settings.compute_dtype]
+    return make_step(
+        make_optimizer(settings),
+        pad_id=pad_id,
+        dag_coefficients=settings.dag_coefficients,
+        compute_dtype=compute_dtype,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_eval_step(compute_dtype: str, pad_id: int, structure):
+    dtype = None if compute_dtype == "float32" else _DTYPES[compute_dtype]
+    return make_eval_step(pad_id=pad_id, compute_dtype=dtype)
+
+
+def evaluate(
+    model, blocks: np.ndarray, *, batch_size: int, pad_id: int, eval_step=None, compute_dtype=None
+) -> float:
     """Mean cross-entropy (nats/token) of `model` on the rows `blocks` `(n, seq_len + 1)`: inputs are
     the rows without their last token, targets the rows shifted by one; pad targets are ignored."""
     if eval_step is None:
@@ -285,6 +304,7 @@ def train(
     progress: bool = True,
     manifest: dict | None = None,
     log: Callable[[str], None] | None = print,
+    allow_changed_settings: bool = False,
 ) -> TrainResult:
     r"""Train `model` (a freshly initialised one: on `resume` it only gives the structure) on
     `data.train`, evaluating on `data.val`, writing checkpoints to `out_dir`.
@@ -300,6 +320,8 @@ def train(
       Without it, an `out_dir` that already holds checkpoints is refused (nothing is overwritten).
     - `stop_after`: stop (and checkpoint) after this many steps of this call — the schedule still
       runs to `config.steps`; resume later to finish.
+    - `allow_changed_settings`: on `resume`, accept training settings that differ from the checkpoint's
+      (e.g. a lower learning rate after a NaN stop); the run is then no longer the same run.
     - `progress`: show a tqdm bar (loss, tokens/s, ETA); `manifest`: extra JSON for every checkpoint;
       `log`: where messages go (`None`: silent).
 
@@ -328,13 +350,20 @@ def train(
     if resume:
         if existing is None:
             raise ValueError(f"--resume: {out_dir} holds no checkpoint to resume from")
+        saved_train = _checkpoint.read_manifest(existing).get("train_config") or {}
+        changed = _checkpoint.config_differences(
+            saved_train, run_manifest["train_config"], ignore=_RESUMABLE_FIELDS
+        )
+        if changed and allow_changed_settings:
+            say("resuming with changed training settings:\n  " + "\n  ".join(changed))
         model, opt_state, saved = _checkpoint.load_checkpoint(
             existing,
             like_model=model,
             like_opt_state=opt_state,
             model_config=run_manifest["model_config"],
             train_config=run_manifest["train_config"],
-            ignore_train_fields=_RESUMABLE_FIELDS,
+            ignore_train_fields=_RESUMABLE_FIELDS
+            + (tuple(saved_train) if allow_changed_settings else ()),
         )
         params, static = eqx.partition(model, eqx.is_inexact_array)
         step, position = int(saved["step"]), int(saved["data_position"])
@@ -345,13 +374,18 @@ def train(
             "continue that run or choose another directory"
         )
 
-    train_step = make_step(
-        optimizer,
-        pad_id=pad_id,
-        dag_coefficients=config.dag_coefficients,
-        compute_dtype=compute_dtype,
+    # One compiled step per (settings, model structure, batch shape) in this process: a second
+    # train() call of the same run (resume, another seed) reuses it instead of compiling again.
+    structure = (
+        jax.tree.structure(params),
+        tuple((x.shape, str(x.dtype)) for x in jax.tree.leaves(params)),
+        (config.batch_size, config.seq_len),
     )
-    eval_step = make_eval_step(pad_id=pad_id, compute_dtype=compute_dtype)
+    settings = dataclasses.replace(
+        config, seed=0, checkpoint_every=0, eval_every=0, keep_checkpoints=0
+    )
+    train_step = _cached_step(settings, pad_id, structure)
+    eval_step = _cached_eval_step(config.compute_dtype, pad_id, structure)
     log_path = out_dir / "metrics.jsonl"
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -364,6 +398,12 @@ def train(
     end = config.steps if stop_after is None else min(config.steps, step + int(stop_after))
 
     def save(metrics=None):
+        finite = all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(params))
+        if not finite:
+            raise NonFiniteLossError(
+                f"parameters are not finite after step {step}; training stopped and nothing was "
+                f"overwritten (last checkpoint: {last_ckpt})"
+            )
         m = dict(run_manifest)
         m["metrics"] = metrics or {}
         return _checkpoint.save_checkpoint(
