@@ -15,6 +15,7 @@ from ._metric_learner import (
     Linear as Linear,
     MetricLearner as MetricLearner,
     SwiGLU as SwiGLU,
+    init_params as init_params,
 )
 from ._model import (
     CONFIGS as CONFIGS,
