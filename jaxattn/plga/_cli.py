@@ -256,14 +256,14 @@ def run_train(args) -> int:
     except _checkpoint.CheckpointError as err:
         print(f"jaxattn plga train: refused checkpoint: {err}", file=sys.stderr)
         return 2
+    val = ""
     if result.val_history:
-        step, val = result.val_history[-1]
-        print(
-            f"final: step {result.step}, validation loss {val:.4f} nats/token "
-            f"(unigram entropy {data.unigram_entropy:.4f}), {result.seconds / 60:.1f} min"
-        )
+        val = f"validation loss {result.val_history[-1][1]:.4f} nats/token "
+        val += f"(unigram entropy {data.unigram_entropy:.4f}), "
+    if result.step < tc.steps:
+        print(f"stopped at step {result.step} of {tc.steps}: {val}continue with --resume")
     else:
-        print(f"stopped at step {result.step} of {tc.steps}; continue with --resume")
+        print(f"final: step {result.step}, {val}{result.seconds / 60:.1f} min")
     return 0
 
 
