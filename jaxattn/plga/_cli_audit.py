@@ -1,0 +1,291 @@
+"""`jaxattn plga audit`: collapse audits of a trained checkpoint or of a stored `G_LM` tensor,
+written as JSON and figures."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+__all__ = ["register", "run_audit"]
+
+
+def register(plga_subparsers) -> None:
+    """Add `audit` to the `plga` command group."""
+    p = plga_subparsers.add_parser(
+        "audit",
+        help="collapse audits of a checkpoint (order parameter, rank-one, Perron-Frobenius, "
+        "caches) or of a G_LM file",
+        description="Collapse audits of a PLDR-LLM. With --ckpt: invariance order parameter per "
+        "layer and deductive tensor over pairs of prompts, rank-one audit of A, Perron-Frobenius "
+        "check of A_LM, RoPE commutant residual of G_LM, cache fidelity (KV, KV+G vs "
+        "recomputation) and non-causality. With --g-lm: the array-only audits of a stored G_LM "
+        "(layers, heads, dk, dk), e.g. the shipped PLDR-LLM v51-110M-1 tensor. Writes audit.json "
+        "and figures to --out.",
+    )
+    p.add_argument("--ckpt", metavar="DIR", help="run directory (latest step) or step directory")
+    p.add_argument(
+        "--g-lm",
+        metavar="FILE",
+        nargs="?",
+        const="v51",
+        help="audit a G_LM array instead (.npz with key G_LM, or .npy); without FILE: the shipped "
+        "PLDR-LLM v51-110M-1 G_LM",
+    )
+    p.add_argument(
+        "--prompts",
+        metavar="FILE",
+        help="text file, one prompt per line (default: windows of the packaged corpus)",
+    )
+    p.add_argument("--out", metavar="DIR", default="audit", help="output directory (./audit)")
+    p.add_argument("--num-prompts", type=int, default=8, help="prompts used from the corpus (8)")
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        default=64,
+        help="tokens per prompt (64; shorter prompts shorten all)",
+    )
+    p.add_argument("--new-tokens", type=int, default=8, help="greedy tokens for cache fidelity (8)")
+    p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
+    p.add_argument(
+        "--rope",
+        choices=("interleaved", "half"),
+        default=None,
+        help="RoPE pairing for the commutant (default: the model's; interleaved for --g-lm)",
+    )
+    p.add_argument(
+        "--float32", action="store_true", help="audit the model in float32 (default float64)"
+    )
+    p.add_argument("--no-figures", action="store_true", help="write only audit.json")
+    p.set_defaults(run=run_audit)
+
+
+def _load_g_lm(spec: str):
+    import numpy as np
+
+    if spec == "v51":
+        spec = pathlib.Path(__file__).resolve().parents[1] / "data" / "pldr_v51_110m_1_G_LM.npz"
+    path = pathlib.Path(spec)
+    if not path.is_file():
+        raise FileNotFoundError(f"--g-lm: no such file: {path}")
+    if path.suffix == ".npy":
+        g = np.load(path, allow_pickle=False)
+    else:
+        with np.load(path, allow_pickle=False) as f:
+            if "G_LM" not in f:
+                raise ValueError(f"--g-lm: {path} has no array 'G_LM' (keys: {', '.join(f.files)})")
+            g = f["G_LM"]
+    if g.ndim == 3:
+        g = g[None]
+    if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
+        raise ValueError(f"--g-lm: need shape (layers, heads, dk, dk), got {g.shape}")
+    return path, g
+
+
+def _prompts(args, tokenizer, model):
+    import numpy as np
+
+    from ._data import read_documents
+
+    seq = int(args.seq_len)
+    if not 2 <= seq <= model.config.context_length:
+        raise ValueError(
+            f"--seq-len {seq} must be between 2 and the context length "
+            f"{model.config.context_length}"
+        )
+    if args.prompts:
+        path = pathlib.Path(args.prompts)
+        if not path.is_file():
+            raise FileNotFoundError(f"--prompts: no such file: {path}")
+        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        rows = [tokenizer.encode(ln)[:seq] for ln in lines]
+        rows = [r for r in rows if len(r) >= 2]
+        if len(rows) < 2:
+            raise ValueError(
+                f"--prompts: need at least 2 non-empty prompts, {path} gives {len(rows)}"
+            )
+        seq = min(len(r) for r in rows)
+        return np.asarray([r[:seq] for r in rows], dtype=np.int32), f"{path} ({len(rows)} prompts)"
+    stream = [t for d in read_documents(None) for t in tokenizer.encode(d)]
+    n = int(args.num_prompts)
+    if n < 2:
+        raise ValueError(f"--num-prompts must be ≥ 2, got {n}")
+    stride = max((len(stream) - seq) // n, seq)
+    rows = [stream[i * stride : i * stride + seq] for i in range(n)]
+    return np.asarray(rows, dtype=np.int32), f"packaged corpus ({n} windows of {seq} tokens)"
+
+
+def _audit_g_lm(args, out: pathlib.Path, figures: bool) -> dict:
+    import numpy as np
+
+    from ._audits import RANK_RTOL, as_host, energy_curvature_audit
+
+    path, g = _load_g_lm(args.g_lm)
+    report = energy_curvature_audit(g, rope=args.rope or "interleaved")
+    report["source"] = str(path)
+    print(f"G_LM {path.name}: shape {tuple(g.shape)}")
+    ranks = np.asarray(report["numerical_rank"])
+    ratio = np.asarray(report["s2_over_s1"])
+    comm = np.asarray(report["commutant_residual"])
+    print(
+        f"{'layer':>5} | {'rank min/median/max':>19} | {'s2/s1 median':>12} | "
+        f"{'commutant residual median':>25}"
+    )
+    for layer in range(g.shape[0]):
+        r = ranks[layer]
+        print(
+            f"{layer:>5} | {int(r.min()):>5}/{int(np.median(r)):>6}/{int(r.max()):>5} | "
+            f"{np.median(ratio[layer]):>12.2e} | {np.median(comm[layer]):>25.3f}"
+        )
+    if figures:
+        from ..plot._audits import plot_singular_spectra
+
+        plot_singular_spectra(
+            report["singular_values"],
+            rtol=RANK_RTOL,
+            title=f"G_LM: {path.name}",
+            path=out / "g_lm_singular_spectra.png",
+        )
+    return as_host(report)
+
+
+def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from . import _checkpoint
+    from ._audits import (
+        RANK_RTOL,
+        as_host,
+        cache_fidelity,
+        deductive_tensors,
+        head_spread,
+        invariance_audit,
+        noncausality_audit,
+        perron_frobenius_audit,
+        rank_one_audit,
+        rope_commutant_residual,
+    )
+    from ._data import Tokenizer
+
+    step_dir = _checkpoint.resolve(args.ckpt)
+    tok_path = args.tokenizer
+    if tok_path is None:
+        for cand in (step_dir / "tokenizer.model", step_dir.parent / "tokenizer.model"):
+            if cand.is_file():
+                tok_path = cand
+                break
+    tokenizer = Tokenizer(tok_path)
+    dtype = jnp.float32 if args.float32 else jnp.float64
+    model, manifest = _checkpoint.load_model(step_dir, dtype=dtype)
+    if model.config.vocab_size != tokenizer.vocab_size:
+        raise ValueError(
+            f"tokenizer {tokenizer.path} has {tokenizer.vocab_size} pieces, "
+            f"the model {model.config.vocab_size}"
+        )
+    prompts, source = _prompts(args, tokenizer, model)
+    print(f"checkpoint {step_dir} (step {manifest.get('step')}); prompts: {source}")
+    report: dict = {
+        "checkpoint": str(step_dir),
+        "step": manifest.get("step"),
+        "prompts": source,
+        "prompt_shape": list(prompts.shape),
+        "dtype": str(jnp.dtype(dtype)),
+    }
+    if model.attention != "plga":
+        print("an SDPA model has no deductive outputs: only cache fidelity is audited")
+    else:
+        inv = invariance_audit(model, prompts)
+        report["order_parameter"] = inv.summary()
+        T = deductive_tensors(model, prompts)
+        A0 = T["A"][0]
+        r1 = rank_one_audit(A0)
+        report["rank_one_A"] = as_host(r1)
+        report["rank_one_A"]["head_spread"] = [float(head_spread(a)) for a in A0]
+        report["perron_frobenius_A_LM"] = as_host(perron_frobenius_audit(T["A_LM"][0]))
+        G_mean = jnp.mean(T["G_LM"], axis=0)
+        report["rank_one_G_LM"] = as_host(rank_one_audit(G_mean))
+        report["commutant_residual_G_LM"] = as_host(
+            rope_commutant_residual(G_mean, rope=args.rope or model.config.rope)
+        )
+        split = prompts.shape[1] // 2
+        alt = np.array(prompts[0])
+        alt[split:] = (
+            prompts[1, split:]
+            if not np.array_equal(prompts[1, split:], prompts[0, split:])
+            else ((alt[split:] - 4 + 1) % (model.config.vocab_size - 4) + 4)
+        )
+        report["noncausality"] = noncausality_audit(model, prompts[0], alt, split=split)
+        med = np.median(np.asarray(inv.by_rms), axis=0)
+        pf_pos = report["perron_frobenius_A_LM"]["entrywise_positive"]
+        print(f"order parameter (by rms, median over {inv.pairs.shape[0]} pairs), rows = layers:")
+        print("       " + " ".join(f"{t:>9}" for t in inv.tensors))
+        for layer, row in enumerate(med):
+            print(f"  L{layer:<3}  " + " ".join(f"{x:9.2e}" for x in row))
+        ranks = np.asarray(r1.numerical_rank)
+        print(
+            "rank of A (prompt 0) per layer, min/median/max over heads: "
+            + "; ".join(f"{r.min()}/{int(np.median(r))}/{r.max()}" for r in ranks)
+        )
+        print(
+            f"A_LM entrywise positive in {np.mean(pf_pos):.2f} of the heads; "
+            f"non-causality rel |Δlogit| {report['noncausality']['rel_dlogit']:.2e}"
+        )
+    n_new = min(int(args.new_tokens), model.config.context_length - prompts.shape[1] // 2 + 1)
+    fid = cache_fidelity(model, prompts[0, : max(prompts.shape[1] // 2, 1)], max_new_tokens=n_new)
+    report["cache_fidelity"] = fid
+    for kind in ("kv", "kvg"):
+        f = fid[kind]
+        print(
+            f"cache {kind}: max |Δlogit| {max(f['max_abs_dlogit']):.3e}, argmax agreement "
+            f"{f['argmax_agreement']:.2f}, free-running tokens agree {f['token_agreement']:.2f}"
+        )
+    if figures:
+        from ..plot._audits import plot_cache_fidelity, plot_order_parameter, plot_singular_spectra
+
+        plot_cache_fidelity(
+            {k: fid[k] for k in ("kv", "kvg")},
+            title=f"cache fidelity, step {manifest.get('step')}",
+            path=out / "cache_fidelity.png",
+        )
+        if model.attention == "plga":
+            plot_singular_spectra(
+                r1.singular_values,
+                rtol=RANK_RTOL,
+                title="A (prompt 0)",
+                path=out / "A_singular_spectra.png",
+            )
+            plot_singular_spectra(
+                rank_one_audit(G_mean).singular_values,
+                rtol=RANK_RTOL,
+                title="G_LM (mean over prompts)",
+                path=out / "G_LM_singular_spectra.png",
+            )
+            plot_order_parameter(
+                {t: np.asarray(inv.by_rms)[:, :, i] for i, t in enumerate(inv.tensors)},
+                title="invariance order parameter (by rms)",
+                path=out / "order_parameter.png",
+            )
+    del jax
+    return report
+
+
+def run_audit(args) -> int:
+    import jax
+
+    if not args.ckpt and not args.g_lm:
+        raise ValueError("give --ckpt DIR (a training checkpoint) or --g-lm [FILE] (a G_LM array)")
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = not args.no_figures
+    report = {}
+    with jax.enable_x64(not args.float32):  # float64 audits without touching the global setting
+        if args.g_lm:
+            report["g_lm"] = _audit_g_lm(args, out, figures)
+        if args.ckpt:
+            report["checkpoint"] = _audit_ckpt(args, out, figures)
+    (out / "audit.json").write_text(json.dumps(report))
+    written = sorted(p.name for p in out.iterdir())
+    print(f"wrote {out}/: {', '.join(written)}", file=sys.stderr)
+    return 0
