@@ -8,11 +8,11 @@ import pytest
 
 from jaxattn.dynamics import AttentionDynamics, simulate
 from jaxattn.dynamics._circle import (
+    KuramotoDaido,
     angles_from_tokens,
     angular_velocity,
     doubled_phase_forcing,
     kuramoto_daido,
-    KuramotoDaido,
     order_parameter,
     tokens_from_angles,
 )
@@ -79,7 +79,12 @@ def test_kuramoto_daido_module_integrates_like_particles(getkey):
         stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-12),
     )
     traj = simulate(
-        AttentionDynamics(A, V, beta=beta), tokens_from_angles(theta), t1=3.0, ts=ts, rtol=1e-12, atol=1e-12
+        AttentionDynamics(A, V, beta=beta),
+        tokens_from_angles(theta),
+        t1=3.0,
+        ts=ts,
+        rtol=1e-12,
+        atol=1e-12,
     )
     diff = jnp.angle(jnp.exp(1j * (sol.ys - angles_from_tokens(traj.xs))))
     err = float(jnp.max(jnp.abs(diff)))

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.dynamics import AttentionDynamics, RESULTS, simulate
+from jaxattn.dynamics import RESULTS, AttentionDynamics, simulate
 from jaxattn.dynamics._circle import angles_from_tokens, order_parameter, tokens_from_angles
 from jaxattn.dynamics._ott_antonsen import solve_ott_antonsen
 from jaxattn.dynamics._watanabe_strogatz import (
@@ -45,7 +45,14 @@ def runs():
     @jax.jit
     @jax.vmap
     def particles(A, V, beta, theta0):
-        traj = simulate(AttentionDynamics(A, V, beta=beta), tokens_from_angles(theta0), t1=T1, ts=TS, **TIGHT, throw=False)
+        traj = simulate(
+            AttentionDynamics(A, V, beta=beta),
+            tokens_from_angles(theta0),
+            t1=T1,
+            ts=TS,
+            **TIGHT,
+            throw=False,
+        )
         return angles_from_tokens(traj.xs), traj.result
 
     theta_p, res_p = particles(A, V, beta, theta0)
@@ -88,10 +95,14 @@ def test_constants_gauge_and_round_trip(getkey):
     c = 0.7 * np.exp(2.1j)
     n = 11
     roots = jnp.exp(2j * np.pi * (jnp.arange(n) + 0.3) / n)
-    consts = watanabe_strogatz_constants(0.5 * jnp.angle(_mobius(c, 1.0, roots)) + np.pi * (jnp.arange(n) % 3 == 0))
+    consts = watanabe_strogatz_constants(
+        0.5 * jnp.angle(_mobius(c, 1.0, roots)) + np.pi * (jnp.arange(n) % 3 == 0)
+    )
     assert abs(complex(consts.zeta0) - c) < 1e-14
     # Concentrated but legal sets (|R₂| ≈ 0.9995) still fix the gauge.
-    tight = jnp.concatenate([0.1 + 1e-3 * jax.random.uniform(getkey(), (50,)), jnp.array([1.0, 2.0])])
+    tight = jnp.concatenate(
+        [0.1 + 1e-3 * jax.random.uniform(getkey(), (50,)), jnp.array([1.0, 2.0])]
+    )
     assert bool(watanabe_strogatz_constants(tight).valid)
 
 
@@ -103,7 +114,10 @@ def test_cross_ratios_conserved_along_particles(runs):
     drift = jnp.abs(cr - cr[:, :1]) / jnp.maximum(1, jnp.abs(cr[:, :1]))
     worst = float(jnp.max(drift))
     spread = float(jnp.max(jnp.abs(order_parameter(runs["theta_p"][:, -1], 2))))
-    print(f"cross-ratio drift along particle solutions ({SEEDS} seeds, t ≤ {T1}): {worst:.2e}; max final |R₂| {spread:.3f}")
+    print(
+        f"cross-ratio drift along particle solutions ({SEEDS} seeds, t ≤ {T1}): {worst:.2e}; "
+        f"max final |R₂| {spread:.6f}"
+    )
     assert worst < 1e-8
     assert float(jnp.max(jnp.abs(jnp.imag(cr)) / jnp.maximum(1, jnp.abs(cr)))) < 1e-10
 
@@ -113,7 +127,10 @@ def test_ws_reproduces_particle_trajectories(runs):
     diff = jnp.angle(jnp.exp(1j * (angles - runs["theta_p"])))  # every token, modulo 2π
     err = float(jnp.max(jnp.abs(diff)))
     err_R = float(jnp.max(jnp.abs(R_ws - order_parameter(runs["theta_p"], 2))))
-    print(f"WS vs particles: max token angle error {err:.2e}, max |ΔR₂| {err_R:.2e}, max |ζ| {float(jnp.max(jnp.abs(zeta))):.4f}")
+    print(
+        f"WS vs particles: max token angle error {err:.2e}, max |ΔR₂| {err_R:.2e}, "
+        f"max |ζ| {float(jnp.max(jnp.abs(zeta))):.6f}"
+    )
     assert err < 1e-8 and err_R < 1e-8
     # The lift is continuous: no jumps of ≈ π between save times that the particles do not make.
     steps_ws = jnp.diff(angles, axis=1)
@@ -153,7 +170,10 @@ def test_evenly_spread_constants_follow_ott_antonsen():
     oa = solve_ott_antonsen(A, V, c, t1=10.0, ts=ts, **TIGHT)
     err_zeta = float(jnp.max(jnp.abs(ws.zeta - oa.R)))
     err_R = float(jnp.max(jnp.abs(ws.order_parameter() - oa.R)))
-    print(f"WS (evenly spread constants, n = {n}) vs OA: |ζ − R_OA| {err_zeta:.2e}, |R₂ − R_OA| {err_R:.2e}")
+    print(
+        f"WS (evenly spread constants, n = {n}) vs OA: |ζ − R_OA| {err_zeta:.2e}, "
+        f"|R₂ − R_OA| {err_R:.2e}"
+    )
     assert err_zeta < 1e-9 and err_R < 1e-9
 
 
@@ -179,11 +199,15 @@ def test_bad_input():
     ts = jnp.linspace(0.0, 1.0, 3)
     V = jnp.array([[0.2, 1.0], [-1.0, -0.2]])
     batch = jnp.stack([good, jnp.array([0.3, 0.3, 0.3 + np.pi, 0.3]), good.at[2].set(jnp.nan)])
-    sol = jax.jit(jax.vmap(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts, throw=False)))(batch)
+    sol = jax.jit(
+        jax.vmap(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts, throw=False))
+    )(batch)
     expected = (RESULTS.successful, RESULTS.nonlinear_max_steps_reached, RESULTS.nonfinite_argument)
     for i, e in enumerate(expected):
         assert bool((sol.result == e)[i]), i
     assert bool(jnp.all(jnp.isfinite(sol.zeta[0]))) and bool(jnp.all(jnp.isnan(sol.zeta[1:])))
     assert [bool(v) for v in sol.constants.valid] == [True, False, False]
-    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="nonlinear solver"):
+    with pytest.raises(
+        (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="nonlinear solver"
+    ):
         jax.jit(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts).zeta)(batch[1])

@@ -29,7 +29,9 @@ def _check_2x2(where: str, **mats):
         if m.shape != (2, 2):
             raise ValueError(f"{where}: {name} must be a 2×2 matrix (d = 2), got shape {m.shape}.")
         if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
-            raise ValueError(f"{where}: {name} has non-finite entries (NaN or inf): {np.asarray(m).tolist()}.")
+            raise ValueError(
+                f"{where}: {name} has non-finite entries (NaN or inf): {np.asarray(m).tolist()}."
+            )
         out.append(m)
     return out
 
@@ -48,7 +50,9 @@ def _check_scalar(where: str, name: str, x, *, positive: bool = False):
 def _check_angles(where: str, name: str, theta, *, min_n: int = 1):
     theta = jnp.asarray(theta)
     if theta.ndim != 1:
-        raise ValueError(f"{where}: {name} must be a 1-d array of angles of shape (n,), got shape {theta.shape}.")
+        raise ValueError(
+            f"{where}: {name} must be a 1-d array of angles of shape (n,), got shape {theta.shape}."
+        )
     if theta.shape[0] < min_n:
         raise ValueError(f"{where}: {name} has n = {theta.shape[0]} angles; need n >= {min_n}.")
     if jnp.iscomplexobj(theta):
@@ -192,7 +196,9 @@ def angular_velocity(x: Float[Array, "... 2"], v: Float[Array, "... 2"]) -> Floa
     v = jnp.asarray(v)
     for name, a in (("x", x), ("v", v)):
         if a.shape[-1:] != (2,):
-            raise ValueError(f"angular_velocity: {name} must have a last axis of size 2, got shape {a.shape}.")
+            raise ValueError(
+                f"angular_velocity: {name} must have a last axis of size 2, got shape {a.shape}."
+            )
     sq = jnp.sum(x * x, axis=-1)
     cross = x[..., 0] * v[..., 1] - x[..., 1] * v[..., 0]
     return cross / jnp.where(sq > 0, sq, 1)

@@ -283,7 +283,8 @@ def solve_ott_antonsen(
             raise ValueError(f"{where}: R0 is not finite ({r0}).")
         if abs(r0) > 1 + _DISC_SLACK:
             raise ValueError(
-                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the closed unit disc."
+                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the "
+                f"closed unit disc."
             )
     dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
     ts = _check_times(where, ts, t0, t1, num_save, dtype)

@@ -268,7 +268,8 @@ def watanabe_strogatz_constants(
         raise ValueError(
             f"{where}: need n >= 3 tokens, got n = {n}. The Watanabe–Strogatz reduction "
             f"describes the motion by 3 real Möbius parameters plus n − 3 constants; with "
-            f"fewer tokens it is not a reduction (and the gauge Σ_k e^{{iψ_k}} = 0 cannot be fixed)."
+            f"fewer tokens it is not a reduction (and the gauge Σ_k e^{{iψ_k}} = 0 cannot "
+            f"be fixed)."
         )
     if not jnp.issubdtype(theta0.dtype, jnp.floating):
         theta0 = theta0.astype(jnp.result_type(float))
@@ -289,7 +290,8 @@ def watanabe_strogatz_constants(
     if _is_concrete(consts.valid) and not bool(consts.valid):
         raise ValueError(
             f"{where}: the barycentre iteration did not converge (gauge residual "
-            f"{float(consts.residual):.3g}, |ζ0| = {float(abs(consts.zeta0)):.17g}); the points e^{{2iθ_k}} are too "
+            f"{float(consts.residual):.3g}, |ζ0| = {float(abs(consts.zeta0)):.17g}); "
+            f"the points e^{{2iθ_k}} are too "
             f"concentrated for the Möbius gauge in {theta0.dtype}."
         )
     return consts
