@@ -139,6 +139,13 @@ def _safe_div(a, b):
     return jnp.where(ok, a / jnp.where(ok, b, 1), jnp.nan)
 
 
+def _relative_change(a, b):
+    """`|b − a| / max(|a|, |b|)`, zero (with zero gradient) when both vanish."""
+    scale = jnp.maximum(jnp.abs(a), jnp.abs(b))
+    ok = scale > 0
+    return jnp.where(ok, jnp.abs(b - a) / jnp.where(ok, scale, 1), 0)
+
+
 def _safe_log(x, floor):
     big = x > floor
     return jnp.log(jnp.where(big, x, floor))
@@ -258,6 +265,11 @@ def _decide(
     is_rotating = clustered & ~at_rest & persistent
     is_interior = ~clustered & spread & gap_stable & at_rest
     is_oscillation = ~clustered & spread & ~at_rest & persistent & sustained
+    # a failed run (NaN tokens) or a broken series is undetermined, whatever the rules say
+    valid = jnp.all(jnp.isfinite(gw)) & jnp.all(jnp.isfinite(mw)) & jnp.all(jnp.isfinite(sw))
+    is_cluster, is_rotating, is_interior, is_oscillation = (
+        valid & c for c in (is_cluster, is_rotating, is_interior, is_oscillation)
+    )
     regime = REGIMES.undetermined
     regime = REGIMES.where(is_oscillation, REGIMES.oscillation, regime)
     regime = REGIMES.where(is_interior, REGIMES.interior, regime)
@@ -289,8 +301,7 @@ def _drift(ts, phase, start):
     p1, _, p3 = _thirds(phase[start:])
     r1 = _safe_div(p1[-1] - p1[0], t1[-1] - t1[0])
     r3 = _safe_div(p3[-1] - p3[0], t3[-1] - t3[0])
-    change = jnp.abs(r3 - r1) / jnp.maximum(jnp.abs(r3), jnp.abs(r1) + 1e-300)
-    return r3, jnp.where(jnp.abs(r3) + jnp.abs(r1) > 0, change, 0)
+    return r3, _relative_change(r1, r3)
 
 
 # ----------------------------------------------------------------------------- public
@@ -478,7 +489,7 @@ def classify_regime(
         mstart = max(start - 1, 0)
         mw = motion[mstart:]
         m1, _, m3 = (jnp.mean(p) for p in _thirds(mw))
-        drift_change = jnp.abs(m3 - m1) / jnp.maximum(jnp.maximum(m3, m1), 1e-300)
+        drift_change = _relative_change(m1, m3)
         signal = gap
         final_order = _safe_sqrt(1 - gap[-1])
     rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0):])[2])
