@@ -158,6 +158,25 @@ def test_vmap_and_jit_match_solo(runs):
             assert float(jnp.max(jnp.abs(field_solo - field_batch[s]))) < 1e-13
 
 
+def test_grad_wrt_A_matches_central_differences(runs):
+    A, V, beta, theta0 = (runs[k][0] for k in ("A", "V", "beta", "theta0"))
+
+    def loss(A):
+        R = _ws_run(A, V, beta, theta0)[3][-1]
+        return jnp.real(R) - 0.5 * jnp.imag(R)
+
+    g = np.asarray(jax.jit(jax.grad(loss))(A))
+    h = 1e-5
+    fd = np.zeros((2, 2))
+    for i in range(2):
+        for j in range(2):
+            E = jnp.zeros((2, 2)).at[i, j].set(h)
+            fd[i, j] = (float(loss(A + E)) - float(loss(A - E))) / (2 * h)
+    rel = float(np.max(np.abs(g - fd)) / np.max(np.abs(fd)))
+    print(f"WS grad wrt A vs central differences: relative error {rel:.2e}")
+    assert rel < 1e-6
+
+
 def test_evenly_spread_constants_follow_ott_antonsen():
     # Constants at the n-th roots of unity make R₂ = ζ + O(|ζ|^(n−1)): the WS centre then
     # solves the OA equation (the Poisson kernel is the n → ∞ limit of these states).
