@@ -26,6 +26,7 @@ from ._model import (
 from ._rope import apply_rope as apply_rope, rope_angles as rope_angles
 from ._weights import (
     from_reference as from_reference,
+    reference_keys as reference_keys,
     infer_config as infer_config,
     save_reference as save_reference,
     to_reference as to_reference,

@@ -215,7 +215,9 @@ class PowerLawGraphAttention(eqx.Module):
     def deductive(
         self, q: Float[Array, "seq heads dk"], weights: Float[Array, " seq"] | None = None
     ) -> tuple[Array, Array, Array, Array]:
-        """`(A, A_LM, A_P, G_LM)` from the rotated queries (steps 2–6)."""
+        """`(A, A_LM, A_P, G_LM)` from the rotated queries (steps 2–6), computed in float32 or
+        better whatever the compute dtype (bf16 loses the power law: `G_LM` off by ~30 %)."""
+        q = q.astype(jnp.promote_types(q.dtype, jnp.float32))  # the chain runs in ≥ float32
         A = self.metric(self.density(q, weights))
         return (A, *self.curvature(A))
 
@@ -228,17 +230,19 @@ class PowerLawGraphAttention(eqx.Module):
         allowed: Bool[Array, "sq sk"],
     ) -> tuple[Float[Array, "sq D"], Float[Array, "heads sq sk"]]:
         """Scores `q̃ G k̃ᵀ/√dk` (plain `q̃ k̃ᵀ/√dk` when `G is None`), masked softmax, values,
-        output projection. `G`: `(heads, dk, dk)` or per query `(sq, heads, dk, dk)`."""
+        output projection. `G`: `(heads, dk, dk)` or per query `(sq, heads, dk, dk)`.
+        Scores and softmax are computed in float32 or better; the output has `v`'s dtype."""
         if G is None:
             qG = q
         elif G.ndim == 3:
             qG = jnp.einsum("ihm,hmn->ihn", q, G)
         else:
             qG = jnp.einsum("ihm,ihmn->ihn", q, G)
-        scores = jnp.einsum("ihn,jhn->hij", qG, k) / math.sqrt(self.head_dim)
+        hi = jnp.promote_types(q.dtype, jnp.float32)
+        scores = jnp.einsum("ihn,jhn->hij", qG.astype(hi), k.astype(hi)) / math.sqrt(self.head_dim)
         probs = masked_softmax(scores, allowed[None])
-        out = jnp.einsum("hij,jhn->ihn", probs, v).reshape(q.shape[0], -1)
-        return self.dense(out), scores
+        out = jnp.einsum("hij,jhn->ihn", probs, v.astype(hi)).reshape(q.shape[0], -1)
+        return self.dense(out.astype(v.dtype)), scores
 
     def check_G(self, G: ArrayLike) -> Array:
         """Validate an injected `G` (`(heads, dk, dk)` or `(dk, dk)`, broadcast over heads)."""

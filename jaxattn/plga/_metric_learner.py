@@ -57,10 +57,15 @@ class LayerNorm(eqx.Module):
 
 
 def layer_norm(x, weight, bias, eps):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    xc = x - mean
+    """LayerNorm statistics in float32 or better (bf16 variances are too coarse); the result
+    has `x`'s dtype."""
+    dtype = x.dtype
+    xf = x.astype(jnp.promote_types(dtype, jnp.float32))
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    xc = xf - mean
     var = jnp.mean(xc * xc, axis=-1, keepdims=True)
-    return xc * jax.lax.rsqrt(var + jnp.asarray(eps, x.dtype)) * weight + bias
+    y = xc * jax.lax.rsqrt(var + jnp.asarray(eps, xf.dtype)) * weight + bias
+    return y.astype(dtype)
 
 
 def swiglu(x, w1, b1, w2, b2, w3, b3):

@@ -84,6 +84,8 @@ def _read(source) -> tuple[dict[str, np.ndarray], dict]:
     hints: dict = {}
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
+        if not path.endswith((".safetensors", ".npz")):
+            raise ValueError(f"Weights file {path!r} must end in .safetensors or .npz.")
         if not os.path.exists(path):
             raise FileNotFoundError(f"No weights file at {path!r}.")
         if path.endswith(".safetensors"):
@@ -105,8 +107,6 @@ def _read(source) -> tuple[dict[str, np.ndarray], dict]:
                     raw = {k: f[k] for k in f.files}
             except Exception as err:
                 raise ValueError(f"{path!r} is not a readable npz file (pickle is never used): {err}") from err
-        else:
-            raise ValueError(f"Weights file {path!r} must end in .safetensors or .npz.")
     elif isinstance(source, Mapping):
         raw = {str(k): np.asarray(v) for k, v in source.items()}
     else:
@@ -239,13 +239,38 @@ def _unstack(keys, value: np.ndarray, out: dict) -> None:
             _unstack(k, v, out)
 
 
+def reference_keys(config: PLDRLLMConfig, attention: str = "plga") -> list[str]:
+    """The reference state-dict keys for `config`, in the reference's `state_dict()` order."""
+    c = config
+    keys = ["decoder.embedding.weight"]
+    wb = ("weight", "bias")
+    for l in range(c.num_layers):
+        p = f"decoder.dec_layers.{l}."
+        keys += [f"{p}mha1.{n}.{x}" for n in ("wq", "wk", "wv") for x in wb]
+        if attention == "plga":
+            keys += [f"{p}mha1.plgatt_layer.{n}" for n in ("Wlst", "blst", "pwlst", "alst", "balst")]
+        keys += [f"{p}mha1.dense.{x}" for x in wb]
+        if attention == "plga":
+            for r in range(c.num_reslayerA):
+                for j in range(c.num_denseA):
+                    keys += [f"{p}mha1.reslayerAs.{r}.denseAs.{j}.gluw{n}.{x}" for n in (1, 2, 3) for x in wb]
+                keys += [f"{p}mha1.reslayerAs.{r}.layernormA.{x}" for x in wb]
+            keys += [f"{p}mha1.layernorm1.{x}" for x in wb]
+        keys += [f"{p}ffn.gluw{n}.{x}" for n in (1, 2, 3) for x in wb]
+        keys += [f"{p}layernorm{n}.{x}" for n in (1, 2) for x in wb]
+    keys += [f"decoder.layernorm1.{x}" for x in wb] + [f"final_layer.{x}" for x in wb]
+    return keys
+
+
 def to_reference(model: PLDRLLM) -> dict[str, np.ndarray]:
-    """The model's weights as a reference-layout state dict `{key: numpy array}` (in state-dict
-    order), the inverse of `from_reference`."""
+    """The model's weights as a reference-layout state dict `{key: numpy array}`, in the
+    reference's `state_dict()` order; the inverse of `from_reference`."""
     out: dict[str, np.ndarray] = {}
     for getter, keys in _entries(model.config, model.attention):
         _unstack(keys, np.asarray(getter(model)), out)
-    return out
+    order = reference_keys(model.config, model.attention)
+    assert set(order) == set(out)
+    return {k: out[k] for k in order}
 
 
 def save_reference(model: PLDRLLM, path) -> None:
