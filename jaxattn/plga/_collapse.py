@@ -206,7 +206,7 @@ def _logit_errors(model, collapsed, ids):
         return (
             jnp.max(jnp.abs(a - b)),
             jnp.max(jnp.abs(a)),
-            jnp.mean(jnp.argmax(a, -1) == jnp.argmax(b, -1)),
+            jnp.mean(jnp.argmax(a, -1) == jnp.argmax(b, -1), dtype=a.dtype),
         )
 
     return jax.vmap(one)(ids)
