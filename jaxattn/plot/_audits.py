@@ -134,14 +134,15 @@ def plot_cache_fidelity(
     for name, f in fidelity.items():
         d = np.asarray(f["max_abs_dlogit"], dtype=np.float64)
         ax0.semilogy(np.arange(1, d.size + 1), np.maximum(d, 1e-18), marker="o", ms=3, label=name)
-        if "rel_dG" in f:
-            g = np.asarray(f["rel_dG"], dtype=np.float64)
-            for layer in range(g.shape[1]):
-                ax1.semilogy(
-                    np.arange(1, g.shape[0] + 1),
-                    np.maximum(g[:, layer], 1e-18),
-                    label=f"{name} L{layer}",
-                )
+    # every cache freezes the prompt's G (KV freezes A, hence G): draw its drift once
+    dG = [np.asarray(f["rel_dG"], dtype=np.float64) for f in fidelity.values() if "rel_dG" in f]
+    if dG:
+        for layer in range(dG[0].shape[1]):
+            ax1.semilogy(
+                np.arange(1, dG[0].shape[0] + 1),
+                np.maximum(dG[0][:, layer], 1e-18),
+                label=f"layer {layer}",
+            )
     ax0.set_xlabel("decode step")
     ax0.set_ylabel("max |Δlogit| vs recompute")
     ax0.legend(fontsize=7)
