@@ -219,6 +219,7 @@ def _decide(
     antipodal_pairs,
     window,
     gap_floor,
+    rest_tol,
 ):
     """Shared decision rules on a late window of the gap, the motion and a scalar signal."""
     dtype = gap.dtype
@@ -235,10 +236,14 @@ def _decide(
     log_gap = _safe_log(gw, gap_floor)
     gap_decay, gap_ratio = _rate_evidence(tw, log_gap)
     motion_scale = jnp.max(jnp.where(jnp.isfinite(motion), motion, 0))
-    # rest = motion below rounding-level position changes per save interval, or far below
-    # the largest motion seen
+    # At rest = moving less than `rest_tol` radians per save interval, or less than
+    # `rest_tol` times the largest motion seen. Dense output between the solver's (large, at
+    # rest) steps jitters at the level of the solver tolerance (~1e-8 rad at rtol 1e-7),
+    # which must not read as rotation.
+    if rest_tol is None:
+        rest_tol = max(1e-5, 10 * float(np.sqrt(eps)))
     mean_dt = (ts[-1] - ts[0]) / (ts.shape[0] - 1)
-    motion_floor = jnp.maximum(10 * np.sqrt(eps) * motion_scale, np.sqrt(eps) / mean_dt)
+    motion_floor = rest_tol * jnp.maximum(motion_scale, 1 / mean_dt)
     log_motion = _safe_log(mw, motion_floor)
     motion_decay, motion_ratio = _rate_evidence(tmw, log_motion)
     final_motion = jnp.mean(_thirds(mw)[2])
@@ -362,6 +367,7 @@ def classify_order_parameter(
     *,
     window: float = 0.5,
     gap_floor: float | None = None,
+    rest_tol: float | None = None,
 ) -> tuple[REGIMES, RegimeEvidence]:
     r"""Classify a d = 2 run (particles or Ott–Antonsen) from its order parameter `R₂(t)`.
 
@@ -426,6 +432,7 @@ def classify_order_parameter(
         antipodal_pairs=-1,
         window=window,
         gap_floor=gap_floor,
+        rest_tol=rest_tol,
     )
 
 
@@ -435,6 +442,7 @@ def classify_regime(
     window: float = 0.5,
     cluster_tol: float = 1e-3,
     gap_floor: float | None = None,
+    rest_tol: float | None = None,
 ) -> tuple[REGIMES, RegimeEvidence]:
     r"""Classify the long-run regime of a particle run, in any dimension d.
 
@@ -507,5 +515,6 @@ def classify_regime(
         antipodal_pairs=pairs,
         window=window,
         gap_floor=gap_floor,
+        rest_tol=rest_tol,
     )
 

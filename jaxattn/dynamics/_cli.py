@@ -1,0 +1,248 @@
+"""`jaxattn simulate`: one particle run of the attention flow, with summary and figures."""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ._presets import PRESETS
+
+DEFAULT_PRESET = "case3-rotating"
+
+USAGE_EXAMPLES = """\
+examples:
+  jaxattn simulate                                   # preset case3-rotating, n=64, d=2
+  jaxattn simulate --preset case4-oscillating --t1 200
+  jaxattn simulate --preset identity --kernel sa --d 8 --n 128
+  jaxattn simulate --A A.json --V V.npz --beta 2 --out runs/mine
+presets: """ + ", ".join(PRESETS)
+
+
+def register(subparsers) -> None:
+    """Add the `simulate` sub-command to the `jaxattn` parser."""
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate tokens as particles on the sphere and classify the regime",
+        description="Solve dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j) for n tokens on S^{d-1} from "
+        "uniform random starts; write the trajectory (npz), a summary with the regime and its "
+        "evidence (JSON) and figures (PNG) to the output folder.",
+        epilog=USAGE_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help=f"named (A, V) of the paper's cases (default {DEFAULT_PRESET} unless --A/--V)")
+    p.add_argument("--A", dest="A_file", default=None, metavar="FILE",
+                   help="A as a JSON nested list or an .npz/.npy file (key 'A' or its only array)")
+    p.add_argument("--V", dest="V_file", default=None, metavar="FILE",
+                   help="V, same formats (default: the preset's V, or I with --A)")
+    p.add_argument("--beta", type=float, default=None, help="inverse temperature (default: preset's, 1)")
+    p.add_argument("--n", type=int, default=64, help="number of tokens (default 64)")
+    p.add_argument("--d", type=int, default=None,
+                   help="dimension (default: that of A; presets are block-embedded for even d > 2)")
+    p.add_argument("--kernel", choices=("lsa", "usa", "sa"), default="lsa", help="attention kernel")
+    p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
+    p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
+    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the initial tokens")
+    p.add_argument("--rtol", type=float, default=1e-7)
+    p.add_argument("--atol", type=float, default=1e-9)
+    p.add_argument("--max-steps", type=int, default=200_000)
+    p.add_argument("--float32", action="store_true", help="solve in float32 (default float64)")
+    p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+    p.add_argument("--out", default="runs/simulate", help="output folder (default runs/simulate)")
+    p.set_defaults(run=run)
+
+
+def _load_matrix(path: str, name: str) -> np.ndarray:
+    f = Path(path)
+    if not f.exists():
+        raise FileNotFoundError(f"--{name}: no such file: {path}")
+    try:
+        if f.suffix == ".json":
+            M = np.asarray(json.loads(f.read_text()), dtype=np.float64)
+        elif f.suffix == ".npy":
+            M = np.load(f)
+        elif f.suffix == ".npz":
+            with np.load(f) as z:
+                keys = list(z.keys())
+                if name in keys:
+                    M = z[name]
+                elif len(keys) == 1:
+                    M = z[keys[0]]
+                else:
+                    raise ValueError(f"--{name}: {path} holds {keys}; name the array '{name}'.")
+        else:
+            raise ValueError(f"--{name}: {path} must be .json, .npy or .npz.")
+    except (json.JSONDecodeError, TypeError) as err:
+        raise ValueError(f"--{name}: cannot read a matrix from {path} ({err}).") from None
+    M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
+        raise ValueError(f"--{name}: must be a square d×d matrix with d >= 2, got shape {M.shape}.")
+    if not np.all(np.isfinite(M)):
+        raise ValueError(f"--{name}: has non-finite entries (NaN or inf).")
+    return M
+
+
+def _resolve(args):
+    """Matrices and parameters from the arguments; ValueError on anything inconsistent."""
+    if args.preset is not None and args.preset not in PRESETS:
+        raise ValueError(f"unknown preset {args.preset!r}; known presets: {', '.join(PRESETS)}.")
+    use_preset = args.preset is not None or (args.A_file is None and args.V_file is None)
+    pre = PRESETS[args.preset or DEFAULT_PRESET] if use_preset else None
+    A = _load_matrix(args.A_file, "A") if args.A_file else None
+    V = _load_matrix(args.V_file, "V") if args.V_file else None
+    if A is None and V is None:
+        d = 2 if args.d is None else int(args.d)
+        if d < 2 or d % 2:
+            raise ValueError(f"--d: presets are 2×2 and block-embedded, so d must be even >= 2, got {d}.")
+        k = d // 2
+        A = np.kron(np.eye(k), pre.A)
+        V = np.kron(np.eye(k), pre.V)
+    else:
+        d_ref = (A if A is not None else V).shape[0]
+        if A is None:
+            A = np.kron(np.eye(d_ref // 2), pre.A) if pre is not None and d_ref % 2 == 0 else np.eye(d_ref)
+        if V is None:
+            V = np.kron(np.eye(d_ref // 2), pre.V) if pre is not None and d_ref % 2 == 0 else np.eye(d_ref)
+        if A.shape != V.shape:
+            raise ValueError(f"--A and --V must have the same shape, got {A.shape} and {V.shape}.")
+        if args.d is not None and int(args.d) != A.shape[0]:
+            raise ValueError(f"--d {args.d} does not match the {A.shape[0]}×{A.shape[0]} matrices.")
+    beta = args.beta if args.beta is not None else (pre.beta if pre is not None else 1.0)
+    t1 = args.t1 if args.t1 is not None else (pre.t1 if pre is not None else 100.0)
+    if not np.isfinite(beta) or beta <= 0:
+        raise ValueError(f"--beta must be a finite positive number, got {beta}.")
+    if not np.isfinite(t1) or t1 <= 0:
+        raise ValueError(f"--t1 must be a finite positive number, got {t1}.")
+    if args.n < 1:
+        raise ValueError(f"--n must be at least 1, got {args.n}.")
+    if args.num_save < 20:
+        raise ValueError(f"--num-save must be at least 20, got {args.num_save}.")
+    return pre, A, V, float(beta), float(t1)
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    t_start = time.perf_counter()
+    pre, A, V, beta, t1 = _resolve(args)
+    import jax
+
+    if not args.float32:
+        # the command's own choice, made when it runs (importing jaxattn changes nothing)
+        jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    from tqdm.auto import tqdm
+
+    from ..plot import save_trajectory_figures
+    from ..sphere import sample_uniform
+    from ._regimes import REGIMES, classify_regime, regime_name
+    from ._solve import RESULTS, simulate
+    from ._theory import stated_prediction
+    from ._vector_field import AttentionDynamics
+
+    dtype = jnp.float32 if args.float32 else jnp.float64
+    n, d = int(args.n), A.shape[0]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    label = pre.name if (pre is not None and args.A_file is None and args.V_file is None) else "custom"
+    _progress(f"jaxattn simulate: {label}, kernel {args.kernel}, n={n}, d={d}, beta={beta:g}, "
+              f"t1={t1:g}, {jnp.dtype(dtype).name} -> {out}")
+
+    field = AttentionDynamics(jnp.asarray(A, dtype), jnp.asarray(V, dtype), beta=beta, kernel=args.kernel)
+    x0 = sample_uniform(jax.random.key(args.seed), n, d, dtype=dtype)
+    # Solve in equal chunks (one compilation, reused) so progress can be shown.
+    chunks = 10
+    per = (args.num_save - 1) // chunks
+    num_save = per * chunks + 1
+    ts_all = np.linspace(0.0, t1, num_save)
+    xs, steps, accepted, rejected, drift = [np.asarray(x0)[None]], 0, 0, 0, 0.0
+    t_solve = time.perf_counter()
+    x = x0
+    result = RESULTS.successful
+    bar = tqdm(range(chunks), desc="solving", unit="chunk", file=sys.stderr,
+               disable=not sys.stderr.isatty())
+    for c in bar:
+        ts = jnp.asarray(ts_all[c * per : (c + 1) * per + 1], dtype)
+        traj = simulate(field, x, t0=float(ts[0]), t1=float(ts[-1]), ts=ts, rtol=args.rtol,
+                        atol=args.atol, max_steps=args.max_steps, throw=False)
+        steps += int(traj.num_steps)
+        accepted += int(traj.num_accepted_steps)
+        rejected += int(traj.num_rejected_steps)
+        drift = max(drift, float(traj.sphere_deviation))
+        xs.append(np.asarray(traj.xs[1:]))
+        x = traj.xs[-1]
+        if not bool(traj.successful):
+            result = traj.result
+            bar.close()
+            break
+        if not sys.stderr.isatty():
+            _progress(f"  solved to t = {float(ts[-1]):g} ({steps} steps)")
+    t_solve = time.perf_counter() - t_solve
+    xs = np.concatenate(xs)
+    ts_done = ts_all[: xs.shape[0]]
+    from ._solve import Trajectory
+
+    z = jnp.asarray(0)
+    full = Trajectory(ts=jnp.asarray(ts_done, dtype), xs=jnp.asarray(xs, dtype), result=result,
+                      num_steps=z + steps, num_accepted_steps=z + accepted,
+                      num_rejected_steps=z + rejected, sphere_deviation=jnp.asarray(drift, dtype),
+                      initial_deviation=jnp.asarray(0.0, dtype))
+    ok = bool(full.result == RESULTS.successful)
+    if ok:
+        regime, evidence = jax.jit(classify_regime)(full)
+    else:
+        regime, evidence = REGIMES.undetermined, None
+    name = regime_name(regime)
+    if d == 2 and args.kernel == "lsa":
+        pred = stated_prediction(jnp.asarray(A), jnp.asarray(V))
+        prediction = {"claims": bool(pred.claims), "regime": regime_name(pred.regime)}
+    else:
+        prediction = None
+    on_sphere = float(np.nanmax(np.abs(np.linalg.norm(xs.astype(np.float64), axis=-1) - 1)))
+
+    np.savez_compressed(out / "trajectory.npz", ts=ts_done, xs=xs, A=A, V=V, beta=beta)
+    summary = {
+        "command": "simulate",
+        "parameters": {
+            "preset": label, "kernel": args.kernel, "n": n, "d": d, "beta": beta, "t1": t1,
+            "num_save": int(xs.shape[0]), "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
+            "max_steps": args.max_steps, "dtype": jnp.dtype(dtype).name,
+            "A": A.tolist(), "V": V.tolist(),
+        },
+        "result": {"code": _result_name(full.result),
+                   "message": RESULTS[full.result] or "successful", "successful": ok},
+        "regime": {"name": name, "description": REGIMES[regime],
+                   "evidence": None if evidence is None else evidence.as_dict()},
+        "expected_regime": pre.expected if label != "custom" and args.kernel == "lsa" and d == 2 else None,
+        "stated_criterion": prediction,
+        "sphere": {"max_step_drift_before_projection": drift, "max_norm_error_saved": on_sphere},
+        "steps": {"num_steps": steps, "accepted": accepted, "rejected": rejected},
+        "timing_s": {"solve_including_compile": round(t_solve, 3)},
+    }
+    figures = []
+    if not args.no_figures:
+        _progress("  drawing figures")
+        figures = [str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")]
+    summary["figures"] = figures
+    summary["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    _progress(f"regime: {name} | result: {summary['result']['code']} | steps {steps} | "
+              f"sphere drift {drift:.1e} | {summary['timing_s']['total']:.1f}s")
+    _progress(f"wrote {out / 'trajectory.npz'}, {out / 'summary.json'}"
+              + (f", {len(figures)} figures" if figures else ""))
+    return 0 if ok else 1
+
+
+def _result_name(result) -> str:
+    from ._solve import RESULTS
+
+    value = int(np.asarray(result._value))
+    for name, item in RESULTS._name_to_item.items():
+        if int(np.asarray(item._value)) == value:
+            return name
+    return str(value)
