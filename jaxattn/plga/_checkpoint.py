@@ -10,7 +10,8 @@ Layout of a run directory:
     DIR/step_00000100/manifest.json  written last; a step directory appears atomically (rename)
 
 Loading checks the manifest, the file hashes and sizes, and the configuration before any bytes are
-deserialised, so a corrupt, truncated or mismatched checkpoint is refused with a message naming what is
+deserialised, so a corrupt, truncated or mismatched checkpoint is refused with a message naming
+what is
 wrong. No pickle anywhere.
 """
 
@@ -152,7 +153,8 @@ def save_checkpoint(
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
-    """The manifest of a step directory (or of the latest step of a run directory), checked for format
+    """The manifest of a step directory (or of the latest step of a run directory), checked for
+    format
     and version. **Raises:** `CheckpointError` for a missing or unreadable manifest."""
     path = resolve(path)
     mpath = path / "manifest.json"
@@ -253,7 +255,8 @@ def load_checkpoint(
 
 
 def load_model(path: str | os.PathLike, *, dtype=None):
-    """A `PLDRLLM` from a training checkpoint (step directory, or run directory = latest step), with its
+    """A `PLDRLLM` from a training checkpoint (step directory, or run directory = latest step),
+    with its
     manifest. `dtype` casts the float32 master weights (e.g. `jnp.float64` for audits).
 
     **Returns:** `(model, manifest)`.

@@ -1,4 +1,5 @@
-"""`jaxattn plga train` and `jaxattn plga generate` (and `plga audit`, registered by its own module).
+"""`jaxattn plga train` and `jaxattn plga generate` (and `plga audit`, registered by its own
+module).
 
 Heavy imports (JAX, the model) happen only when a sub-command runs."""
 
@@ -18,8 +19,10 @@ examples:
   jaxattn plga train --out runs/x --set d_model=64 --set num_layers=1 --steps 20
 
 Text files are UTF-8; blank lines separate documents. Each document gets EOS appended (no BOS);
-documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is held out
-and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every steps and at
+documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is held
+out
+and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every steps and
+at
 the end; a NaN loss stops the run and keeps the checkpoints already written.
 """
 
@@ -134,7 +137,7 @@ def register(subparsers) -> None:
     plga.set_defaults(run=None)
 
 
-# -- train ------------------------------------------------------------------------------------------
+# -- train -----------------------------------------------------------------------------------------
 
 
 def _apply_overrides(config, items):
@@ -267,7 +270,7 @@ def run_train(args) -> int:
     return 0
 
 
-# -- generate ---------------------------------------------------------------------------------------
+# -- generate --------------------------------------------------------------------------------------
 
 
 def run_generate(args) -> int:

@@ -49,10 +49,12 @@ class Tokenizer:
 
     **Arguments:**
 
-    - `path`: a SentencePiece `.model` file; `None` means the packaged PLDR-LLM tokenizer (pad 0, unk 1,
+    - `path`: a SentencePiece `.model` file; `None` means the packaged PLDR-LLM tokenizer (pad 0,
+      unk 1,
       bos 2, eos 3).
 
-    **Raises:** `FileNotFoundError` if the file does not exist; `ValueError` if it is not a SentencePiece
+    **Raises:** `FileNotFoundError` if the file does not exist; `ValueError` if it is not a
+    SentencePiece
     model or has no EOS piece.
     """
 
@@ -120,10 +122,13 @@ _BLANK_LINES = re.compile(r"\n[ \t\r\f\v]*\n")
 
 
 def read_documents(paths: Sequence[str | os.PathLike] | None = None) -> list[str]:
-    """Documents of UTF-8 text files: each file is split at blank lines, and each piece (stripped) is one
-    document. `None` reads the packaged corpus (*Botchan*, public domain; see `jaxattn/data/corpus`).
+    """Documents of UTF-8 text files: each file is split at blank lines, and each piece (stripped)
+    is one
+    document. `None` reads the packaged corpus (*Botchan*, public domain; see
+    `jaxattn/data/corpus`).
 
-    **Raises:** `FileNotFoundError` for a missing file; `ValueError` if the files hold no text at all.
+    **Raises:** `FileNotFoundError` for a missing file; `ValueError` if the files hold no text at
+    all.
     """
     paths = [DEFAULT_CORPUS] if paths is None else [pathlib.Path(p) for p in paths]
     if not paths:
@@ -181,7 +186,8 @@ def pack_documents(
 
 
 def unigram_entropy(blocks: np.ndarray, *, pad_id: int) -> float:
-    """Entropy in nats/token of the empirical unigram distribution of the (non-pad) tokens: the loss of
+    """Entropy in nats/token of the empirical unigram distribution of the (non-pad) tokens: the
+    loss of
     the best context-free predictor, the bar a language model must beat."""
     ids = np.asarray(blocks).ravel()
     ids = ids[ids != pad_id]
@@ -225,7 +231,8 @@ def load_text_data(
     pad_id: int | None = None,
 ) -> TextData:
     """Read, tokenise (EOS appended, no BOS), pack into blocks of `seq_len + 1` and split: the last
-    `ceil(val_fraction · blocks)` blocks of the stream (text the model never trains on) are the validation
+    `ceil(val_fraction · blocks)` blocks of the stream (text the model never trains on) are the
+    validation
     set. `pad_id` defaults to the tokenizer's.
 
     **Raises:** `ValueError` for empty text, `seq_len < 1`, a bad `val_fraction`, or too little text
@@ -247,7 +254,8 @@ def load_text_data(
     if len(blocks) - n_val < 1 or (val_fraction > 0 and n_val < 1):
         raise ValueError(
             f"text too short: {len(blocks)} block(s) of {seq_len + 1} tokens cannot be split into "
-            f"training and validation (val_fraction={val_fraction}); give more text or a smaller seq_len"
+            f"training and validation (val_fraction={val_fraction}); give more text or a smaller "
+            "seq_len"
         )
     train, val = blocks[: len(blocks) - n_val], blocks[len(blocks) - n_val :]
     return TextData(
@@ -258,7 +266,8 @@ def load_text_data(
 def batch_indices(num_blocks: int, batch_size: int, position: int, seed: int) -> np.ndarray:
     """Row indices of the batch that starts at data `position` (the number of rows consumed so far).
 
-    Rows are visited epoch by epoch, each epoch in a fresh permutation drawn from `(seed, epoch)`, so the
+    Rows are visited epoch by epoch, each epoch in a fresh permutation drawn from `(seed, epoch)`,
+    so the
     order is a pure function of `(seed, position)`: resuming at a saved position continues the same
     sequence of batches. A batch may straddle two epochs.
     """

@@ -4,7 +4,8 @@ checkpoints that resume bit for bit, and a stop on a non-finite loss.
 
 Reference settings (Gokden, PLDR-LLM, arXiv 2410.16703 / 2502.13502; MATH.md Part 2): AdamW with
 β = (0.9, 0.95), eps 1e-5, weight decay 0.1; gradients clipped by value at 1.0; learning rate rising
-linearly from 0 to the peak over the warm-up, then a cosine decay to 10 % of the peak at the last step.
+linearly from 0 to the peak over the warm-up, then a cosine decay to 10 % of the peak at the last
+step.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 _DTYPES = {"float32": jnp.float32, "bf16": jnp.bfloat16, "bfloat16": jnp.bfloat16}
-# Fields of TrainConfig that may change between a run and its resumption without changing the result.
+# TrainConfig fields that may change between a run and its resumption without changing the result.
 _RESUMABLE_FIELDS = ("checkpoint_every", "eval_every", "keep_checkpoints")
 
 
@@ -57,10 +58,13 @@ class TrainConfig:
     - `steps`: total optimiser steps (sets the schedule); `batch_size`; `seq_len` (tokens per row).
     - `learning_rate`: peak; `warmup_steps`: linear warm-up from 0; `final_lr_fraction`: the cosine
       ends at this fraction of the peak (0.1).
-    - `b1, b2, eps, weight_decay`: AdamW (0.9, 0.95, 1e-5, 0.1); `clip_value`: gradient clip by value.
-    - `dag_coefficients`: weights of the DAG regulariser on `(A_LM, A_P, G_LM)`; zeros switch it off.
+    - `b1, b2, eps, weight_decay`: AdamW (0.9, 0.95, 1e-5, 0.1); `clip_value`: gradient clip by
+      value.
+    - `dag_coefficients`: weights of the DAG regulariser on `(A_LM, A_P, G_LM)`; zeros switch it
+      off.
     - `compute_dtype`: `"float32"` or `"bf16"` (master weights and optimiser state stay float32).
-    - `seed`: model initialisation and batch order; `checkpoint_every`, `eval_every` (steps; 0 = only
+    - `seed`: model initialisation and batch order; `checkpoint_every`, `eval_every` (steps; 0 =
+      only
       at the end); `keep_checkpoints` (0 = keep all).
     """
 
@@ -104,14 +108,15 @@ class TrainConfig:
         object.__setattr__(self, "dag_coefficients", dag)
 
 
-# -- pieces -----------------------------------------------------------------------------------------
+# -- pieces ----------------------------------------------------------------------------------------
 
 
 def learning_rate_schedule(
     peak: float, *, warmup_steps: int, total_steps: int, final_fraction: float = 0.1
 ) -> optax.Schedule:
     r"""`η(t) = peak · t / W` for `t ≤ W`, then
-    `η(t) = peak · (f + (1 − f) · (1 + cos(π (t − W)/(T − W))) / 2)` up to `t = T` (and `f · peak` after),
+    `η(t) = peak · (f + (1 − f) · (1 + cos(π (t − W)/(T − W))) / 2)` up to `t = T` (and `f · peak`
+    after),
     with `W` = `warmup_steps`, `T` = `total_steps`, `f` = `final_fraction`."""
     warmup_steps = min(int(warmup_steps), max(int(total_steps) - 1, 0))
     return optax.warmup_cosine_decay_schedule(
@@ -161,7 +166,8 @@ def masked_cross_entropy(
 def dag_penalty(M: Float[Array, "... dk dk"]) -> Float[Array, ...]:
     r"""NOTEARS-style acyclicity measure `|log(tr(exp(M ∘ M)) / dk)|` of each `dk × dk` matrix.
 
-    `tr exp(M∘M) = dk + Σ_k tr((M∘M)^k)/k!` counts weighted closed walks, so the penalty is 0 exactly
+    `tr exp(M∘M) = dk + Σ_k tr((M∘M)^k)/k!` counts weighted closed walks, so the penalty is 0
+    exactly
     when the weighted graph of `M` has no cycle (e.g. `M` strictly triangular, or 0) and positive
     otherwise. Computed in at least float32."""
     dk = M.shape[-1]
@@ -249,8 +255,9 @@ def _cached_eval_step(compute_dtype: str, pad_id: int, structure):
 def evaluate(
     model, blocks: np.ndarray, *, batch_size: int, pad_id: int, eval_step=None, compute_dtype=None
 ) -> float:
-    """Mean cross-entropy (nats/token) of `model` on the rows `blocks` `(n, seq_len + 1)`: inputs are
-    the rows without their last token, targets the rows shifted by one; pad targets are ignored."""
+    """Mean cross-entropy (nats/token) of `model` on the rows `blocks` `(n, seq_len + 1)`: inputs
+    are the rows without their last token, targets the rows shifted by one; pad targets are
+    ignored."""
     if eval_step is None:
         eval_step = make_eval_step(pad_id=pad_id, compute_dtype=compute_dtype)
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -266,7 +273,7 @@ def evaluate(
     return total / max(count, 1.0)
 
 
-# -- the loop ---------------------------------------------------------------------------------------
+# -- the loop --------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -320,15 +327,18 @@ def train(
       Without it, an `out_dir` that already holds checkpoints is refused (nothing is overwritten).
     - `stop_after`: stop (and checkpoint) after this many steps of this call — the schedule still
       runs to `config.steps`; resume later to finish.
-    - `allow_changed_settings`: on `resume`, accept training settings that differ from the checkpoint's
+    - `allow_changed_settings`: on `resume`, accept training settings that differ from the
+      checkpoint's
       (e.g. a lower learning rate after a NaN stop); the run is then no longer the same run.
-    - `progress`: show a tqdm bar (loss, tokens/s, ETA); `manifest`: extra JSON for every checkpoint;
+    - `progress`: show a tqdm bar (loss, tokens/s, ETA); `manifest`: extra JSON for every
+      checkpoint;
       `log`: where messages go (`None`: silent).
 
     **Returns:** a `TrainResult`.
 
     **Raises:** `ValueError` for data that does not match the config, an existing run without
-    `resume`, a refused checkpoint (`CheckpointError`); `NonFiniteLossError` when the loss becomes NaN
+    `resume`, a refused checkpoint (`CheckpointError`); `NonFiniteLossError` when the loss becomes
+    NaN
     or infinite (training stops; checkpoints already written are kept untouched, and the message
     names the step and the last good checkpoint).
     """
@@ -339,7 +349,7 @@ def train(
             f"data rows have seq_len {data.seq_len}, TrainConfig.seq_len is {config.seq_len}"
         )
     pad_id = int(data.pad_id)
-    compute_dtype = None if config.compute_dtype == "float32" else _DTYPES[config.compute_dtype]
+
     optimizer = make_optimizer(config)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     opt_state = optimizer.init(params)
@@ -453,9 +463,10 @@ def train(
                     else "no checkpoint had been written yet"
                 )
                 raise NonFiniteLossError(
-                    f"training loss is {loss} at step {step + 1} (computed from the parameters after "
-                    f"step {step}); training stopped and nothing was overwritten: {where}. Lower the "
-                    "learning rate or lengthen the warm-up, then resume."
+                    f"training loss is {loss} at step {step + 1} (computed from the parameters "
+                    f"after step {step}); training stopped and nothing was overwritten: {where}. "
+                    "Lower the learning rate or lengthen the warm-up, then resume "
+                    "(--allow-changed-settings)."
                 )
             params, opt_state = new_params, new_opt_state
             step += 1
