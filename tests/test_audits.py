@@ -311,3 +311,25 @@ def test_summarise():
     s = summarise([1.0, 2.0, 3.0, np.nan])
     assert s["n"] == 3 and s["nan"] == 1 and s["median"] == 2.0 and s["max"] == 3.0
     assert summarise([])["n"] == 0
+
+
+def test_cli_audit_g_lm(tmp_path, capsys):
+    """`jaxattn plga audit --g-lm` (the shipped v51 tensor) writes JSON with the rank audit."""
+    import json
+
+    from jaxattn.cli import main
+
+    g = np.load(G_LM_FILE)["G_LM"][:2, :3]  # a small slice keeps the test quick
+    np.savez(tmp_path / "g.npz", G_LM=g)
+    assert (
+        main(["plga", "audit", "--g-lm", str(tmp_path / "g.npz"), "--out", str(tmp_path / "out")])
+        == 0
+    )
+    report = json.loads((tmp_path / "out" / "audit.json").read_text())["g_lm"]
+    assert np.asarray(report["numerical_rank"]).shape == (2, 3)
+    ref = np.linalg.svd(g.astype(np.float64), compute_uv=False)
+    np.testing.assert_allclose(report["s2_over_s1"], ref[..., 1] / ref[..., 0], rtol=1e-10)
+    assert (tmp_path / "out" / "g_lm_singular_spectra.png").stat().st_size > 1000
+    assert "commutant residual" in capsys.readouterr().out
+    assert main(["plga", "audit", "--out", str(tmp_path / "none")]) == 2  # neither input given
+    assert "--ckpt DIR" in capsys.readouterr().err
