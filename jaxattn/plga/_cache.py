@@ -232,7 +232,7 @@ def _sample(logits, key, *, sampling, top_p, temperature):
 _TRACES = {"generate": 0}  # diagnostics: how many times generation was traced
 
 
-def _generate_impl(model, prompt, key, top_p, temperature, *, max_new_tokens, kind, sampling, eos_id):
+def _generate_impl(model, prompt, key, top_p, temperature, eos_id, *, max_new_tokens, kind, sampling):
     _TRACES["generate"] += 1
     L = prompt.shape[0]
     logits, cache = _prefill_impl(model, prompt, None, kind=kind, max_len=L + max_new_tokens - 1)
@@ -240,15 +240,14 @@ def _generate_impl(model, prompt, key, top_p, temperature, *, max_new_tokens, ki
     samp = lambda lg, k: _sample(lg, k, sampling=sampling, top_p=top_p, temperature=temperature)
     tok0 = samp(logits[-1], keys[0])
     pad = jnp.asarray(model.config.pad_id, jnp.int32)
-    done0 = jnp.asarray(False) if eos_id is None else tok0 == eos_id
+    done0 = tok0 == eos_id  # eos_id = −1: never
 
     def step(carry, k):
         cache, tok, done = carry
         lg, cache = _decode_impl(model, cache, tok)
         nxt = samp(lg, k)
         out = jnp.where(done, pad, nxt)
-        if eos_id is not None:
-            done = done | (nxt == eos_id)
+        done = done | (nxt == eos_id)
         return (cache, nxt, done), out
 
     _, rest = jax.lax.scan(step, (cache, tok0, done0), keys[1:])
@@ -272,8 +271,9 @@ def generate(
 ) -> Int[Array, " max_new_tokens"]:
     r"""Generate `max_new_tokens` tokens after `prompt_ids`.
 
-    Prefill the prompt, then `lax.scan` over `decode_step`; compiled once per (prompt length,
-    `max_new_tokens`, `cache`, `sampling`, `eos_id`) — `top_p`, `temperature` and `key` are traced.
+    Prefill the prompt, then `lax.scan` over `decode_step`; compiled once per (model structure,
+    prompt length, `max_new_tokens`, `cache`, `sampling`) — `top_p`, `temperature`, `eos_id` and
+    `key` are traced.
 
     **Arguments:**
 
@@ -317,8 +317,8 @@ def generate(
         key,
         jnp.asarray(top_p, jnp.float32),
         jnp.asarray(temperature, jnp.float32),
+        jnp.asarray(-1 if eos_id is None else int(eos_id), jnp.int32),
         max_new_tokens=max_new_tokens,
         kind=kind,
         sampling=sampling,
-        eos_id=None if eos_id is None else int(eos_id),
     )
