@@ -1,0 +1,95 @@
+"""`jaxattn simulate` end to end (small n, short t1) and its bad-input exits."""
+
+import json
+
+import numpy as np
+import pytest
+
+from jaxattn.cli import main
+
+SMALL = ["--n", "8", "--num-save", "201"]
+
+
+def test_simulate_preset_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["simulate", "--preset", "case4-clustering", "--t1", "40", *SMALL, "--out", str(out)])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "regime: clustering" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["regime"]["name"] == "clustering"
+    assert summary["expected_regime"] == "clustering"
+    assert summary["stated_criterion"] == {"claims": True, "regime": "clustering"}
+    assert summary["result"]["successful"] is True
+    assert summary["regime"]["evidence"]["num_clusters"] == 2
+    assert summary["sphere"]["max_norm_error_saved"] < 1e-12
+    assert summary["steps"]["num_steps"] > 0
+    with np.load(out / "trajectory.npz") as z:
+        assert z["xs"].shape == (201, 8, 2)
+        assert z["ts"][-1] == 40.0
+        np.testing.assert_allclose(np.linalg.norm(z["xs"], axis=-1), 1, atol=1e-12)
+        np.testing.assert_array_equal(z["V"], [[1.0, 0.2], [-0.2, -1.0]])
+    for name in ("tokens.png", "order_parameter.png", "order_parameter_plane.png"):
+        png = out / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_simulate_matrices_from_json_and_npz(tmp_path):
+    (tmp_path / "A.json").write_text(json.dumps([[1.0, 2.0], [-3.0, 0.5]]))
+    np.savez(tmp_path / "V.npz", V=np.eye(2))
+    out = tmp_path / "run"
+    rc = main(["simulate", "--A", str(tmp_path / "A.json"), "--V", str(tmp_path / "V.npz"),
+               "--t1", "40", *SMALL, "--no-figures", "--out", str(out)])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parameters"]["preset"] == "custom"
+    assert summary["parameters"]["A"] == [[1.0, 2.0], [-3.0, 0.5]]
+    assert summary["stated_criterion"]["regime"] == "clustering"  # Case 1, tr A > 0
+    assert summary["regime"]["name"] == "clustering"
+    assert summary["figures"] == []
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--preset", "case9"], "unknown preset 'case9'"),
+        (["--A", "{missing}"], "no such file"),
+        (["--A", "{bad_shape}"], "square d×d"),
+        (["--A", "{nan}"], "non-finite"),
+        (["--A", "{not_json}"], "cannot read a matrix"),
+        (["--A", "{eye3}", "--V", "{eye2}"], "same shape"),
+        (["--preset", "case1", "--d", "3"], "d must be even"),
+        (["--n", "0"], "--n must be at least 1"),
+        (["--beta", "-1"], "--beta must be a finite positive"),
+        (["--t1", "nan"], "--t1 must be a finite positive"),
+    ],
+)
+def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):
+    files = {
+        "missing": tmp_path / "nope.json",
+        "bad_shape": tmp_path / "bad.json",
+        "nan": tmp_path / "nan.npy",
+        "not_json": tmp_path / "garbage.json",
+        "eye3": tmp_path / "eye3.json",
+        "eye2": tmp_path / "eye2.json",
+    }
+    files["bad_shape"].write_text(json.dumps([[1, 2, 3], [4, 5, 6]]))
+    np.save(files["nan"], np.array([[np.nan, 0.0], [0.0, 1.0]]))
+    files["not_json"].write_text("[[1, 2], [3")
+    files["eye3"].write_text(json.dumps(np.eye(3).tolist()))
+    files["eye2"].write_text(json.dumps(np.eye(2).tolist()))
+    args = [a.format(**files) for a in extra]
+    rc = main(["simulate", *args, "--out", str(tmp_path / "out")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxattn simulate: error:")
+    assert message in err[0]
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_simulate_help_lists_presets(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    assert "case4-oscillating" in text and "--preset" in text
