@@ -33,3 +33,25 @@ from ._watanabe_strogatz import (
     WatanabeStrogatzConstants as WatanabeStrogatzConstants,
     WatanabeStrogatzSolution as WatanabeStrogatzSolution,
 )
+from ._regimes import (
+    classify_order_parameter as classify_order_parameter,
+    classify_regime as classify_regime,
+    cluster_structure as cluster_structure,
+    clustering_gap as clustering_gap,
+    regime_name as regime_name,
+    RegimeEvidence as RegimeEvidence,
+    REGIMES as REGIMES,
+)
+from ._theory import (
+    block_embed as block_embed,
+    case1_criterion as case1_criterion,
+    case1_matrices as case1_matrices,
+    case2_criterion as case2_criterion,
+    case2_matrices as case2_matrices,
+    case3_matrices as case3_matrices,
+    case4_criterion as case4_criterion,
+    case4_matrices as case4_matrices,
+    Prediction as Prediction,
+    stated_prediction as stated_prediction,
+)
+from ._presets import Preset as Preset, preset as preset, PRESETS as PRESETS
