@@ -37,8 +37,8 @@ class REGIMES(eqx.Enumeration):
 
     - `clustering`: Type 1, convergence to fixed clusters (antipodal pairs for LSA; one
       cluster for USA/SA with A = V = I); `|R₂| → 1`, `arg R₂ → const`.
-    - `rotating`: Type 2, clusters that keep rotating at a constant rate; `|R₂| → 1`,
-      `arg R₂` drifts linearly.
+    - `rotating`: Type 2, clusters that keep rotating (possibly at a non-uniform speed along
+      the circle); `|R₂| → 1`, `arg R₂` keeps drifting.
     - `oscillation`: Type 3, persistent oscillation (a periodic orbit of `R₂`).
     - `interior`: convergence without clustering, `R₂` tends to a point inside the disc
       (the tokens come to rest in a spread-out configuration).
@@ -47,7 +47,7 @@ class REGIMES(eqx.Enumeration):
     """
 
     clustering = "convergent clusters (Type 1): the clusters come to rest"
-    rotating = "rotating clusters (Type 2): clusters form and keep turning at a steady rate"
+    rotating = "rotating clusters (Type 2): clusters form and keep turning"
     oscillation = "oscillation (Type 3): persistent periodic motion without clustering"
     interior = "convergence without clustering: the tokens come to rest spread out"
     undetermined = "undetermined: no regime is established over the late window"
@@ -83,8 +83,9 @@ class RegimeEvidence(eqx.Module):
       speed for a trajectory, `|dR₂/dt|` for an `R₂` series).
     - `final_motion`: mean motion over the last third of the window.
     - `drift_rate`: `d arg R₂ / dt` over the last third of the window (NaN in d > 2).
-    - `drift_change`: relative change of the drift rate (or of the motion in d > 2) between
-      the first and the last third (small for steady rotation).
+    - `drift_change`: relative change of the drift rate (of the mean motion in d > 2)
+      between the first and the last third of the window (small for steady rotation).
+      Reported only; the rules use the motion, which is robust to non-uniform rotation.
     - `period`: mean time between up-crossings of the oscillation signal (`Re R₂` minus its
       mean, or the gap in d > 2) in the late window; NaN with fewer than two crossings.
     - `amplitude`: half the peak-to-peak range of that signal over the late window.
@@ -376,8 +377,8 @@ def classify_order_parameter(
 
     - `clustering` (Type 1): `g → 0` geometrically (≥ 3 e-folds at a steady rate, or down
       to rounding level) and `m → 0` geometrically;
-    - `rotating` (Type 2): `g → 0` geometrically while `m` and `d arg R₂/dt` stay constant
-      and nonzero;
+    - `rotating` (Type 2): `g → 0` geometrically while `m` stays away from zero and does
+      not decay (less than 0.25 e-folds across the window);
     - `interior`: `g` constant and away from 0, `m → 0` geometrically;
     - `oscillation` (Type 3): `g` away from 0, `m` not decaying, `Re R₂` crosses its mean
       at least four times with an undamped amplitude;
@@ -390,7 +391,13 @@ def classify_order_parameter(
     - `ts`: increasing times, shape `(times,)`, ideally equally spaced.
     - `R2`: complex order parameter `R₂(t)`, shape `(times,)`.
     - `window`: fraction of the series (from the end) that is examined; it must hold at
-      least 9 samples.
+      least 9 samples. Save densely enough to resolve the motion (≥ ~10 samples per
+      rotation or oscillation period), or the drift and period estimates alias.
+    - `gap_floor`: gap below which `R₂` counts as on the circle (rounding or solver
+      noise); default `sqrt(eps)` of the dtype.
+    - `rest_tol`: motion below `rest_tol` (radians, or units of `R₂`) per save interval,
+      or below `rest_tol` times the largest motion, counts as rest; default
+      `max(1e-5, 10 sqrt(eps))`, above the jitter of dense output at rtol ~1e-7.
 
     **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`
     (`num_clusters` and `antipodal_pairs` are `-1`: not measurable from `R₂`).
@@ -462,6 +469,7 @@ def classify_regime(
     - `trajectory`: a `Trajectory` from `simulate` (save times equally spaced is best).
     - `window`: fraction of the save times (from the end) that is examined (≥ 9 samples).
     - `cluster_tol`: chordal distance under which final tokens count as one cluster.
+    - `gap_floor`, `rest_tol`: as in `classify_order_parameter`.
 
     **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`.
 
