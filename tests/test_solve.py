@@ -271,3 +271,19 @@ def test_usa_overflow_is_reported_and_score_shift_runs():
     assert traj.successful
     assert np.all(np.isfinite(traj.xs))
     assert _max_norm_error(traj.xs) < 1e-6
+
+
+@pytest.mark.slow
+def test_usa_overflow_traced_gives_result_code_per_member():
+    dtype = jnp.float32
+    eye = jnp.eye(D, dtype=dtype)
+
+    def run(beta):
+        field = AttentionDynamics(eye, eye, beta=beta, kernel="usa")
+        return simulate(field, _x0(dtype), t1=1.0, num_save=3, throw=False)
+
+    out = jax.jit(jax.vmap(run))(jnp.array([1.0, 200.0], dtype))
+    results = np.asarray(out.result._value)
+    assert results[0] == RESULTS.successful._value
+    assert results[1] == RESULTS.usa_overflow._value
+    assert np.all(np.isfinite(out.xs[0])) and np.all(np.isnan(out.xs[1]))

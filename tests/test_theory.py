@@ -107,7 +107,6 @@ def test_case2_criterion_against_ott_antonsen_and_particles():
     print(f"Case 2, particles: {claims_p} claims, {agreed_p} confirmed")
 
 
-@pytest.mark.slow
 def test_case4_criterion_against_ott_antonsen():
     keys = jax.random.split(jax.random.key(4), 3)
     v = jax.random.uniform(keys[0], (BATCH, 2), minval=-1.5, maxval=1.5)
