@@ -22,7 +22,6 @@ from typing import Literal
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
@@ -163,17 +162,39 @@ def masked_cross_entropy(
     return nll.sum(), keep.sum().astype(dtype)
 
 
-def dag_penalty(M: Float[Array, "... dk dk"]) -> Float[Array, ...]:
+_TAYLOR_ORDER = 18  # truncation error < 1/19! ≈ 8e-18 relative at ‖Y‖₁ ≤ 1
+_MAX_SQUARINGS = 24  # ‖X‖₁ up to 2^24; beyond, tr exp overflows float32 anyway
+
+
+def _expm(X: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """`exp(X)` by scaling and squaring with a Horner-form Taylor polynomial: a fixed number of
+    small matrix products (cheap to compile, differentiable in reverse mode)."""
+    n = X.shape[-1]
+    eye = jnp.eye(n, dtype=X.dtype)
+    norm = jnp.max(jnp.sum(jnp.abs(X), axis=0))
+    s = jnp.clip(jnp.ceil(jnp.log2(jnp.maximum(norm, 1.0))), 0, _MAX_SQUARINGS)
+    Y = X / (2.0**s)
+    E = eye
+    for k in range(_TAYLOR_ORDER, 0, -1):
+        E = eye + (Y @ E) / k
+
+    def square(i, E):
+        return jnp.where(i < s, E @ E, E)
+
+    return jax.lax.fori_loop(0, _MAX_SQUARINGS, square, E)
+
+
+def dag_penalty(M: Float[Array, "*batch dk dk"]) -> Float[Array, "*batch"]:
     r"""NOTEARS-style acyclicity measure `|log(tr(exp(M ∘ M)) / dk)|` of each `dk × dk` matrix.
 
     `tr exp(M∘M) = dk + Σ_k tr((M∘M)^k)/k!` counts weighted closed walks, so the penalty is 0
-    exactly
-    when the weighted graph of `M` has no cycle (e.g. `M` strictly triangular, or 0) and positive
-    otherwise. Computed in at least float32."""
+    exactly when the weighted graph of `M` has no cycle (e.g. `M` strictly triangular, or 0) and
+    positive otherwise. Computed in at least float32 (the matrix exponential by scaling and
+    squaring)."""
     dk = M.shape[-1]
     dtype = jnp.promote_types(M.dtype, jnp.float32)
     flat = M.astype(dtype).reshape(-1, dk, dk)
-    trace = jax.vmap(lambda m: jnp.trace(jsl.expm(m * m)))(flat)
+    trace = jax.vmap(lambda m: jnp.trace(_expm(m * m)))(flat)
     return jnp.abs(jnp.log(trace / dk)).reshape(M.shape[:-2])
 
 
