@@ -11,8 +11,8 @@ import pytest
 from jaxattn.plga import (
     MetricLearner,
     PowerLawGraphAttention,
-    init_params,
     apply_rope,
+    init_params,
     masked_softmax,
     potential_power,
     rope_angles,
@@ -38,7 +38,9 @@ def build(cls, *args, key, **kwargs):
 
 @pytest.fixture(scope="module")
 def layer():
-    return build(PowerLawGraphAttention, D, H, DK, 24, 2, 2, key=jax.random.key(0), dtype=jnp.float64)
+    return build(
+        PowerLawGraphAttention, D, H, DK, 24, 2, 2, key=jax.random.key(0), dtype=jnp.float64
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,9 @@ def test_rope_matches_formula(style, getkey):
     got = jax.jit(apply_rope, static_argnames="style")(q, pos, style=style)
     np.testing.assert_allclose(got, _rope_numpy(q, pos, style=style), rtol=0, atol=1e-12)
     # rotation: norms kept; position 0 is the identity
-    np.testing.assert_allclose(jnp.linalg.norm(got, axis=-1), jnp.linalg.norm(q, axis=-1), rtol=1e-13)
+    np.testing.assert_allclose(
+        jnp.linalg.norm(got, axis=-1), jnp.linalg.norm(q, axis=-1), rtol=1e-13
+    )
     np.testing.assert_allclose(got[0], q[0], atol=0)
 
 
@@ -80,9 +84,7 @@ def test_rope_styles_differ_and_are_relative(getkey):
     b = apply_rope(q, [5], style="half")
     assert float(jnp.max(jnp.abs(a - b))) > 1e-2
     # <R_p q, R_s k> depends only on p − s
-    dots = [
-        float(jnp.sum(apply_rope(q, [p]) * apply_rope(k, [p - 3]))) for p in (3, 10, 500)
-    ]
+    dots = [float(jnp.sum(apply_rope(q, [p]) * apply_rope(k, [p - 3]))) for p in (3, 10, 500)]
     np.testing.assert_allclose(dots, dots[0], rtol=1e-12)
 
 
@@ -109,14 +111,14 @@ def test_rope_bad_arguments():
         apply_rope(jnp.ones((3, 1, 4)), jnp.arange(3), style="neox")
 
 
-# -- the layer --------------------------------------------------------------------------------------
+# -- the layer -------------------------------------------------------------------------------
 
 
 def _numpy_plga(layer, x, G=None):
     """Independent float64 numpy implementation of MATH.md Part 2, steps 1–7."""
     x = np.asarray(x)
     S = x.shape[0]
-    lin = lambda y, l: y @ np.asarray(l.weight).T + np.asarray(l.bias)
+    lin = lambda y, lin_: y @ np.asarray(lin_.weight).T + np.asarray(lin_.bias)
     sp = lambda y: y.reshape(S, H, DK)
     pos = np.arange(S)
     q = _rope_numpy(sp(lin(x, layer.wq)), pos)
@@ -137,7 +139,9 @@ def _numpy_plga(layer, x, G=None):
         for r in range(ml.num_units):
             h = A
             for j in range(ml.num_blocks):
-                g = silu(h @ p["w1"][r, j].T + p["b1"][r, j]) * (h @ p["w2"][r, j].T + p["b2"][r, j])
+                g = silu(h @ p["w1"][r, j].T + p["b1"][r, j]) * (
+                    h @ p["w2"][r, j].T + p["b2"][r, j]
+                )
                 h = g @ p["w3"][r, j].T + p["b3"][r, j]
             A = ln(A + h, ml.ln_weight[r], ml.ln_bias[r])
         u = np.einsum("hmn,hnk->hmk", np.asarray(layer.W), A) + np.asarray(layer.b_W)
@@ -173,8 +177,21 @@ def test_G_identity_is_sdpa_and_external_G(layer, x, getkey):
     out2, _ = call(layer, x, G=Gx)
     np.testing.assert_allclose(out2, _numpy_plga(layer, x, G=Gx)[0], rtol=1e-10, atol=1e-12)
     # an SDPA layer with the same projections is the G = I layer
-    sdpa = build(PowerLawGraphAttention, D, H, DK, 24, 2, 2, attention="sdpa", key=jax.random.key(0), dtype=jnp.float64)
-    sdpa = eqx.tree_at(lambda m: (m.wq, m.wk, m.wv, m.dense), sdpa, (layer.wq, layer.wk, layer.wv, layer.dense))
+    sdpa = build(
+        PowerLawGraphAttention,
+        D,
+        H,
+        DK,
+        24,
+        2,
+        2,
+        attention="sdpa",
+        key=jax.random.key(0),
+        dtype=jnp.float64,
+    )
+    sdpa = eqx.tree_at(
+        lambda m: (m.wq, m.wk, m.wv, m.dense), sdpa, (layer.wq, layer.wk, layer.wv, layer.dense)
+    )
     assert sdpa.metric_learner is None
     np.testing.assert_allclose(call(sdpa, x)[0], out, rtol=1e-12, atol=1e-13)
 
@@ -242,13 +259,15 @@ def test_bad_shapes(layer, x):
         PowerLawGraphAttention(D, H, DK, 24, 2, 2, attention="flash", key=jax.random.key(0))
 
 
-# -- numerical traps --------------------------------------------------------------------------------
+# -- numerical traps -------------------------------------------------------------------------
 
 
 def test_potential_power_tiny_base_negative_exponent():
     x = jnp.array([1e-9, 1e-9 + 1e-15, 1e-3, 1.0, 30.0])
     p = jnp.array([-0.5, -2.0, 0.3, -1.0, 1.7])
-    np.testing.assert_allclose(potential_power(x, p, 1e-9), np.asarray(x) ** np.asarray(p), rtol=1e-13)
+    np.testing.assert_allclose(
+        potential_power(x, p, 1e-9), np.asarray(x) ** np.asarray(p), rtol=1e-13
+    )
     gx, gp = jax.grad(lambda x, p: jnp.sum(potential_power(x, p, 1e-9)), argnums=(0, 1))(x, p)
     np.testing.assert_allclose(gx, p * x ** (p - 1), rtol=1e-12)
     np.testing.assert_allclose(gp, x**p * jnp.log(x), rtol=1e-12)
@@ -267,8 +286,12 @@ def test_masked_softmax_no_nan(dtype):
     allowed = jnp.array([[True, True, False], [False, True, True], [False, False, False]])
     p = masked_softmax(s, allowed)
     assert bool(jnp.all(jnp.isfinite(p)))
-    np.testing.assert_allclose(np.asarray(p[0], np.float64), np.r_[jax.nn.softmax(jnp.array([1.0, 2.0])), 0], rtol=1e-2)
-    np.testing.assert_allclose(np.asarray(p[1], np.float64), [0, 0, 1], atol=1e-3)  # masked 1e4 ignored
+    np.testing.assert_allclose(
+        np.asarray(p[0], np.float64), np.r_[jax.nn.softmax(jnp.array([1.0, 2.0])), 0], rtol=1e-2
+    )
+    np.testing.assert_allclose(
+        np.asarray(p[1], np.float64), [0, 0, 1], atol=1e-3
+    )  # masked 1e4 ignored
     np.testing.assert_array_equal(np.asarray(p[2], np.float64), 0)  # no admissible key: zeros
     g = jax.grad(lambda y: jnp.sum(masked_softmax(y, allowed) * jnp.arange(3.0, dtype=dtype)))(s)
     assert bool(jnp.all(jnp.isfinite(g)))

@@ -6,14 +6,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from jaxattn.plga import PLDRLLM, PLDRLLMConfig, decode_step, generate, prefill
-from jaxattn.plga import _cache
 from helpers import max_normalised_error
 
+from jaxattn.plga import PLDRLLM, PLDRLLMConfig, _cache, decode_step, generate, prefill
+
 CFG = PLDRLLMConfig(
-    vocab_size=50, d_model=32, num_layers=2, num_heads=2, head_dim=16, dff=48, A_dff=24,
-    num_reslayerA=2, num_denseA=1, context_length=24,
+    vocab_size=50,
+    d_model=32,
+    num_layers=2,
+    num_heads=2,
+    head_dim=16,
+    dff=48,
+    A_dff=24,
+    num_reslayerA=2,
+    num_denseA=1,
+    context_length=24,
 )
 PROMPT = jnp.array([5, 17, 3, 44, 9, 21], jnp.int32)
 TOKS = jnp.array([30, 2, 11], jnp.int32)
@@ -102,12 +109,30 @@ def test_generate_top_p(model, getkey):
     key = getkey()
     greedy = generate(model, PROMPT, max_new_tokens=4, cache="kv")
     # a tiny nucleus keeps only the most likely token: greedy
-    tiny = generate(model, PROMPT, max_new_tokens=4, cache="kv", sampling="top_p", top_p=1e-6, key=key)
+    tiny = generate(
+        model, PROMPT, max_new_tokens=4, cache="kv", sampling="top_p", top_p=1e-6, key=key
+    )
     np.testing.assert_array_equal(tiny, greedy)
-    a = generate(model, PROMPT, max_new_tokens=4, cache="kv", sampling="top_p", top_p=1.0,
-                 temperature=5.0, key=key)
-    b = generate(model, PROMPT, max_new_tokens=4, cache="kv", sampling="top_p", top_p=1.0,
-                 temperature=5.0, key=key)
+    a = generate(
+        model,
+        PROMPT,
+        max_new_tokens=4,
+        cache="kv",
+        sampling="top_p",
+        top_p=1.0,
+        temperature=5.0,
+        key=key,
+    )
+    b = generate(
+        model,
+        PROMPT,
+        max_new_tokens=4,
+        cache="kv",
+        sampling="top_p",
+        top_p=1.0,
+        temperature=5.0,
+        key=key,
+    )
     np.testing.assert_array_equal(a, b)  # same key, same tokens
     assert bool(jnp.all((a >= 0) & (a < CFG.vocab_size)))
 
@@ -116,8 +141,9 @@ def test_top_p_sampler_distribution():
     """Empirical frequencies of the nucleus sampler against the renormalised truncated law."""
     logits = jnp.log(jnp.array([0.5, 0.3, 0.15, 0.05]))
     keys = jax.random.split(jax.random.key(0), 4000)
-    draws = jax.jit(jax.vmap(lambda k: _cache._sample(logits, k, sampling="top_p", top_p=0.75,
-                                                      temperature=1.0)))(keys)
+    draws = jax.jit(
+        jax.vmap(lambda k: _cache._sample(logits, k, sampling="top_p", top_p=0.75, temperature=1.0))
+    )(keys)
     freq = np.bincount(np.asarray(draws), minlength=4) / len(keys)
     # mass above token 2 is 0.8 ≥ 0.75, so the nucleus is {0, 1}: probabilities 5/8, 3/8
     np.testing.assert_allclose(freq, [5 / 8, 3 / 8, 0, 0], atol=0.03)
@@ -137,9 +163,18 @@ def test_bad_arguments(model):
     with pytest.raises(ValueError, match="`key` is required"):
         generate(model, PROMPT, max_new_tokens=2, sampling="top_p")
     with pytest.raises(ValueError, match="top_p"):
-        generate(model, PROMPT, max_new_tokens=2, sampling="top_p", top_p=1.5, key=jax.random.key(0))
+        generate(
+            model, PROMPT, max_new_tokens=2, sampling="top_p", top_p=1.5, key=jax.random.key(0)
+        )
     with pytest.raises(ValueError, match="temperature"):
-        generate(model, PROMPT, max_new_tokens=2, sampling="top_p", temperature=0.0, key=jax.random.key(0))
+        generate(
+            model,
+            PROMPT,
+            max_new_tokens=2,
+            sampling="top_p",
+            temperature=0.0,
+            key=jax.random.key(0),
+        )
     with pytest.raises(ValueError, match="sampling"):
         generate(model, PROMPT, max_new_tokens=2, sampling="beam")
     with pytest.raises(ValueError, match=r"outside \[0, 50\)"):

@@ -7,10 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import max_normalised_error
 
 from jaxattn.plga import PLDRLLM, decode_step, generate, prefill
-
-from helpers import max_normalised_error
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "plga_reference_small.npz"
 TOL64 = 1e-10
@@ -46,8 +45,18 @@ def out64(model64, ref):
 
 def test_config_inferred_from_fixture(model64, ref):
     c = model64.config
-    for name in ("num_layers", "d_model", "num_heads", "head_dim", "dff", "vocab_size", "A_dff",
-                 "num_reslayerA", "num_denseA", "pad_id"):
+    for name in (
+        "num_layers",
+        "d_model",
+        "num_heads",
+        "head_dim",
+        "dff",
+        "vocab_size",
+        "A_dff",
+        "num_reslayerA",
+        "num_denseA",
+        "pad_id",
+    ):
         assert getattr(c, name) == int(ref[name]), name
     assert c.rope_base == float(ref["rope_base"]) and c.epsilon == float(ref["epsilon"])
     assert c.layer_norm_eps == float(ref["layer_norm_eps"]) and c.rope == "interleaved"

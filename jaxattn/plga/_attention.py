@@ -288,7 +288,8 @@ class PowerLawGraphAttention(eqx.Module):
         x = jnp.asarray(x)
         if x.ndim != 2 or x.shape[1] != self.wq.weight.shape[1]:
             raise ValueError(
-                f"`x` must have shape (seq, {self.wq.weight.shape[1]}), got {x.shape}; batch with vmap."
+                f"`x` must have shape (seq, {self.wq.weight.shape[1]}), got {x.shape}; "
+                "batch with vmap."
             )
         seq = x.shape[0]
         if positions is None:
@@ -305,7 +306,9 @@ class PowerLawGraphAttention(eqx.Module):
         if key_padding is not None:
             key_padding = jnp.asarray(key_padding, bool)
             if key_padding.shape != (seq,):
-                raise ValueError(f"`key_padding` must have shape ({seq},), got {key_padding.shape}.")
+                raise ValueError(
+                    f"`key_padding` must have shape ({seq},), got {key_padding.shape}."
+                )
             allowed = allowed & ~key_padding[None, :]
         q, k, v = self.project(x, positions)
         if G is not None:

@@ -129,11 +129,10 @@ def prefill(
             f"context_length={ctx}."
         )
     if G is not None:
-        G = jnp.stack(model.layer_G(G)) if not isinstance(G, (list, tuple)) or all(
-            g is not None for g in G
-        ) else None
-        if G is None:
+        Gs = model.layer_G(G)
+        if any(g is None for g in Gs):
             raise ValueError("`G` given to prefill must cover every layer (no `None` entries).")
+        G = jnp.stack(Gs)
     return _prefill_jit(model, ids, G, kind=kind, max_len=max_len)
 
 
@@ -155,7 +154,10 @@ def _decode_impl(model: PLDRLLM, cache: DecodeCache, token):
         allowed = allowed & (ids != c.pad_id)[None, :]
         Gs = [None] * c.num_layers if cache.G is None else list(cache.G)
         x, _, _ = model.run_layers(
-            model.embed(ids), allowed=allowed, positions=pos, G=Gs,
+            model.embed(ids),
+            allowed=allowed,
+            positions=pos,
+            G=Gs,
             density_weights=valid.astype(model.dtype),
         )
         logits = model.final_layer(jax.lax.dynamic_index_in_dim(x, p, 0, keepdims=False))
@@ -164,18 +166,18 @@ def _decode_impl(model: PLDRLLM, cache: DecodeCache, token):
     allowed = (valid & (ids != c.pad_id))[None, :]
     x = model.embed(token[None])
     keys, values = cache.keys, cache.values
-    for l, layer in enumerate(model.layers):
+    for li, layer in enumerate(model.layers):
         attn = layer.attn
         q, k, v = attn.project(x, p[None])
-        keys = keys.at[l, p].set(k[0])
-        values = values.at[l, p].set(v[0])
+        keys = keys.at[li, p].set(k[0])
+        values = values.at[li, p].set(v[0])
         if cache.G is not None:
-            G = cache.G[l]
+            G = cache.G[li]
         elif cache.A is not None:
-            G = attn.curvature(cache.A[l])[2]
+            G = attn.curvature(cache.A[li])[2]
         else:
             G = None  # SDPA model
-        out, _ = attn.attend(q, keys[l], values[l], G, allowed)
+        out, _ = attn.attend(q, keys[li], values[li], G, allowed)
         x = layer.finish(x, out)
     logits = model.final_layer(x[0])
     return logits, DecodeCache(ids, p + 1, keys, values, cache.A, cache.G, cache.kind)
@@ -206,7 +208,9 @@ def decode_step(
     if not isinstance(token, jax.core.Tracer):
         t = np.asarray(token)
         if t.shape != () or t.dtype.kind not in "iu":
-            raise ValueError(f"`token` must be a scalar integer id, got shape {t.shape}, dtype {t.dtype}.")
+            raise ValueError(
+                f"`token` must be a scalar integer id, got shape {t.shape}, dtype {t.dtype}."
+            )
         if not 0 <= int(t) < model.config.vocab_size:
             raise ValueError(f"`token`={int(t)} is outside [0, {model.config.vocab_size}).")
     token = jnp.asarray(token)
@@ -232,7 +236,9 @@ def _sample(logits, key, *, sampling, top_p, temperature):
 _TRACES = {"generate": 0}  # diagnostics: how many times generation was traced
 
 
-def _generate_impl(model, prompt, key, top_p, temperature, eos_id, *, max_new_tokens, kind, sampling):
+def _generate_impl(
+    model, prompt, key, top_p, temperature, eos_id, *, max_new_tokens, kind, sampling
+):
     _TRACES["generate"] += 1
     L = prompt.shape[0]
     logits, cache = _prefill_impl(model, prompt, None, kind=kind, max_len=L + max_new_tokens - 1)

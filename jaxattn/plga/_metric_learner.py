@@ -29,7 +29,9 @@ class Linear(eqx.Module):
     weight: Float[Array, "out in"]
     bias: Float[Array, " out"]
 
-    def __init__(self, in_features: int, out_features: int, *, key: PRNGKeyArray, dtype=jnp.float32):
+    def __init__(
+        self, in_features: int, out_features: int, *, key: PRNGKeyArray, dtype=jnp.float32
+    ):
         self.weight = xavier_uniform(key, (out_features, in_features), dtype)
         self.bias = jnp.zeros((out_features,), dtype)
 
@@ -116,7 +118,8 @@ class MetricLearner(eqx.Module):
     **Arguments (init):** `dk`, `hidden` (`A_dff`), `num_units` (`num_reslayerA`),
     `num_blocks` (`num_denseA`), `eps`, `key`, `dtype`.
 
-    **Arguments (call):** `x` of shape `(..., dk)` (e.g. the row-normalised Gram, `(heads, dk, dk)`).
+    **Arguments (call):** `x` of shape `(..., dk)` (e.g. the row-normalised Gram,
+    `(heads, dk, dk)`).
 
     **Returns:** `A`, same shape.
 
@@ -177,7 +180,16 @@ class MetricLearner(eqx.Module):
                 r = swiglu(r, w1[j], b1[j], w2[j], b2[j], w3[j], b3[j])
             return layer_norm(h + r, lw, lb, self.eps), None
 
-        params = (self.w1, self.b1, self.w2, self.b2, self.w3, self.b3, self.ln_weight, self.ln_bias)
+        params = (
+            self.w1,
+            self.b1,
+            self.w2,
+            self.b2,
+            self.w3,
+            self.b3,
+            self.ln_weight,
+            self.ln_bias,
+        )
         out, _ = jax.lax.scan(unit, x, params)
         return out
 
@@ -202,7 +214,9 @@ def init_params(tree, key: PRNGKeyArray):
         if isinstance(m, LayerNorm):
             w, b = m.weight, m.bias
             return eqx.tree_at(
-                lambda l: (l.weight, l.bias), m, (jnp.ones(w.shape, w.dtype), jnp.zeros(b.shape, b.dtype))
+                lambda n: (n.weight, n.bias),
+                m,
+                (jnp.ones(w.shape, w.dtype), jnp.zeros(b.shape, b.dtype)),
             )
         return m
 

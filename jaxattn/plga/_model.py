@@ -74,10 +74,13 @@ class PLDRLLMConfig:
         if self.head_dim % 2:
             raise ValueError(f"PLDRLLMConfig.head_dim must be even (RoPE), got {self.head_dim}.")
         if self.rope not in ("interleaved", "half"):
-            raise ValueError(f"PLDRLLMConfig.rope must be 'interleaved' or 'half', got {self.rope!r}.")
+            raise ValueError(
+                f"PLDRLLMConfig.rope must be 'interleaved' or 'half', got {self.rope!r}."
+            )
         if not 0 <= int(self.pad_id) < self.vocab_size:
             raise ValueError(
-                f"PLDRLLMConfig.pad_id={self.pad_id} is outside the vocabulary [0, {self.vocab_size})."
+                f"PLDRLLMConfig.pad_id={self.pad_id} is outside the vocabulary "
+                f"[0, {self.vocab_size})."
             )
         for name in ("rope_base", "layer_norm_eps", "epsilon"):
             value = float(getattr(self, name))
@@ -290,7 +293,9 @@ class PLDRLLM(eqx.Module):
         if isinstance(G, Sequence) and not isinstance(G, (str, bytes)):
             if len(G) != L:
                 raise ValueError(f"`G` as a sequence needs num_layers={L} entries, got {len(G)}.")
-            return [None if g is None else layer.attn.check_G(g) for g, layer in zip(G, self.layers)]
+            return [
+                None if g is None else layer.attn.check_G(g) for g, layer in zip(G, self.layers)
+            ]
         G = jnp.asarray(G)
         if G.ndim == 4:
             if G.shape[0] != L:
@@ -393,5 +398,3 @@ class PLDRLLM(eqx.Module):
         from ._weights import to_reference
 
         return to_reference(self)
-
-

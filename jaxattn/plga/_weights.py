@@ -32,34 +32,65 @@ def _entries(config: PLDRLLMConfig, attention: str) -> list[tuple[Callable, obje
         (lambda m: m.emb_norm.weight, "decoder.layernorm1.weight"),
         (lambda m: m.emb_norm.bias, "decoder.layernorm1.bias"),
     ]
-    for l in range(c.num_layers):
-        p = f"decoder.dec_layers.{l}."
-        L = lambda m, l=l: m.layers[l]
+    for li in range(c.num_layers):
+        p = f"decoder.dec_layers.{li}."
+        L = lambda m, li=li: m.layers[li]
         for ours, theirs in (("wq", "wq"), ("wk", "wk"), ("wv", "wv"), ("dense", "dense")):
             for wb in ("weight", "bias"):
                 out.append(
-                    (lambda m, L=L, o=ours, wb=wb: getattr(getattr(L(m).attn, o), wb),
-                     f"{p}mha1.{theirs}.{wb}")
+                    (
+                        lambda m, L=L, o=ours, wb=wb: getattr(getattr(L(m).attn, o), wb),
+                        f"{p}mha1.{theirs}.{wb}",
+                    )
                 )
         if attention == "plga":
             for wb in ("weight", "bias"):
-                out.append((lambda m, L=L, wb=wb: getattr(L(m).attn.gram_norm, wb), f"{p}mha1.layernorm1.{wb}"))
+                out.append(
+                    (
+                        lambda m, L=L, wb=wb: getattr(L(m).attn.gram_norm, wb),
+                        f"{p}mha1.layernorm1.{wb}",
+                    )
+                )
             U, B = range(c.num_reslayerA), range(c.num_denseA)
             for n in (1, 2, 3):
                 for wb, short in (("weight", "w"), ("bias", "b")):
-                    keys = [[f"{p}mha1.reslayerAs.{r}.denseAs.{j}.gluw{n}.{wb}" for j in B] for r in U]
-                    out.append((lambda m, L=L, f=f"{short}{n}": getattr(L(m).attn.metric_learner, f), keys))
+                    keys = [
+                        [f"{p}mha1.reslayerAs.{r}.denseAs.{j}.gluw{n}.{wb}" for j in B] for r in U
+                    ]
+                    out.append(
+                        (lambda m, L=L, f=f"{short}{n}": getattr(L(m).attn.metric_learner, f), keys)
+                    )
             for wb in ("weight", "bias"):
                 keys = [f"{p}mha1.reslayerAs.{r}.layernormA.{wb}" for r in U]
-                out.append((lambda m, L=L, wb=wb: getattr(L(m).attn.metric_learner, f"ln_{wb}"), keys))
-            for ours, theirs in (("W", "Wlst"), ("b_W", "blst"), ("P", "pwlst"), ("a", "alst"), ("b_a", "balst")):
-                out.append((lambda m, L=L, o=ours: getattr(L(m).attn, o), f"{p}mha1.plgatt_layer.{theirs}"))
+                out.append(
+                    (lambda m, L=L, wb=wb: getattr(L(m).attn.metric_learner, f"ln_{wb}"), keys)
+                )
+            for ours, theirs in (
+                ("W", "Wlst"),
+                ("b_W", "blst"),
+                ("P", "pwlst"),
+                ("a", "alst"),
+                ("b_a", "balst"),
+            ):
+                out.append(
+                    (lambda m, L=L, o=ours: getattr(L(m).attn, o), f"{p}mha1.plgatt_layer.{theirs}")
+                )
         for n in (1, 2, 3):
             for wb in ("weight", "bias"):
-                out.append((lambda m, L=L, n=n, wb=wb: getattr(getattr(L(m).ffn, f"w{n}"), wb), f"{p}ffn.gluw{n}.{wb}"))
+                out.append(
+                    (
+                        lambda m, L=L, n=n, wb=wb: getattr(getattr(L(m).ffn, f"w{n}"), wb),
+                        f"{p}ffn.gluw{n}.{wb}",
+                    )
+                )
         for n in (1, 2):
             for wb in ("weight", "bias"):
-                out.append((lambda m, L=L, n=n, wb=wb: getattr(getattr(L(m), f"ln{n}"), wb), f"{p}layernorm{n}.{wb}"))
+                out.append(
+                    (
+                        lambda m, L=L, n=n, wb=wb: getattr(getattr(L(m), f"ln{n}"), wb),
+                        f"{p}layernorm{n}.{wb}",
+                    )
+                )
     out += [
         (lambda m: m.final_layer.weight, "final_layer.weight"),
         (lambda m: m.final_layer.bias, "final_layer.bias"),
@@ -106,12 +137,15 @@ def _read(source) -> tuple[dict[str, np.ndarray], dict]:
                 with np.load(path, allow_pickle=False) as f:
                     raw = {k: f[k] for k in f.files}
             except Exception as err:
-                raise ValueError(f"{path!r} is not a readable npz file (pickle is never used): {err}") from err
+                raise ValueError(
+                    f"{path!r} is not a readable npz file (pickle is never used): {err}"
+                ) from err
     elif isinstance(source, Mapping):
         raw = {str(k): np.asarray(v) for k, v in source.items()}
     else:
         raise ValueError(
-            f"`source` must be a path (.npz/.safetensors) or a mapping, got {type(source).__name__}."
+            "`source` must be a path (.npz/.safetensors) or a mapping, got "
+            f"{type(source).__name__}."
         )
     if "keys" in raw and raw["keys"].dtype.kind == "U":
         # The fixture convention: `keys` lists the state-dict entries; everything else (inputs,
@@ -142,14 +176,24 @@ def infer_config(weights: Mapping[str, np.ndarray], **hints) -> PLDRLLMConfig:
         return np.shape(weights[key])
 
     vocab, D = shape("decoder.embedding.weight")
-    layers = {int(m.group(1)) for k in weights if (m := re.match(r"decoder\.dec_layers\.(\d+)\.", k))}
+    layers = {
+        int(m.group(1)) for k in weights if (m := re.match(r"decoder\.dec_layers\.(\d+)\.", k))
+    }
     if not layers:
         raise ValueError("Cannot infer the config: no 'decoder.dec_layers.{l}.' weights.")
     H, dk, _ = shape("decoder.dec_layers.0.mha1.plgatt_layer.Wlst")
     dff = shape("decoder.dec_layers.0.ffn.gluw1.weight")[0]
     A_dff = shape("decoder.dec_layers.0.mha1.reslayerAs.0.denseAs.0.gluw1.weight")[0]
-    units = {int(m.group(1)) for k in weights if (m := re.match(r"decoder\.dec_layers\.0\.mha1\.reslayerAs\.(\d+)\.", k))}
-    blocks = {int(m.group(1)) for k in weights if (m := re.match(r"decoder\.dec_layers\.0\.mha1\.reslayerAs\.0\.denseAs\.(\d+)\.", k))}
+    units = {
+        int(m.group(1))
+        for k in weights
+        if (m := re.match(r"decoder\.dec_layers\.0\.mha1\.reslayerAs\.(\d+)\.", k))
+    }
+    blocks = {
+        int(m.group(1))
+        for k in weights
+        if (m := re.match(r"decoder\.dec_layers\.0\.mha1\.reslayerAs\.0\.denseAs\.(\d+)\.", k))
+    }
     kwargs = dict(
         vocab_size=vocab,
         d_model=D,
@@ -162,13 +206,23 @@ def infer_config(weights: Mapping[str, np.ndarray], **hints) -> PLDRLLMConfig:
         num_denseA=max(blocks) + 1,
         context_length=_DEFAULT_CONTEXT,
     )
-    for name in ("context_length", "rope_base", "layer_norm_eps", "epsilon", "pad_id", "rope", "causal_density"):
+    for name in (
+        "context_length",
+        "rope_base",
+        "layer_norm_eps",
+        "epsilon",
+        "pad_id",
+        "rope",
+        "causal_density",
+    ):
         if name in hints:
             kwargs[name] = hints[name]
     return PLDRLLMConfig(**kwargs)
 
 
-def from_reference(source, config: PLDRLLMConfig | None = None, *, dtype=None, attention="plga") -> PLDRLLM:
+def from_reference(
+    source, config: PLDRLLMConfig | None = None, *, dtype=None, attention="plga"
+) -> PLDRLLM:
     r"""Build a `PLDRLLM` from weights in the reference PyTorch state-dict layout.
 
     **Arguments:**
@@ -195,11 +249,17 @@ def from_reference(source, config: PLDRLLMConfig | None = None, *, dtype=None, a
     missing = sorted(expected - set(weights))
     extra = set(weights) - expected
     if attention == "sdpa":
-        extra = {k for k in extra if not re.search(r"\.mha1\.(plgatt_layer|reslayerAs|layernorm1)\.", k)}
+        extra = {
+            k for k in extra if not re.search(r"\.mha1\.(plgatt_layer|reslayerAs|layernorm1)\.", k)
+        }
     extra = sorted(extra)
     skeleton = eqx.filter_eval_shape(
-        lambda: PLDRLLM(config, key=jax.random.key(0), attention=attention,
-                        dtype=jnp.float32 if dtype is None else dtype)
+        lambda: PLDRLLM(
+            config,
+            key=jax.random.key(0),
+            attention=attention,
+            dtype=jnp.float32 if dtype is None else dtype,
+        )
     )
     misshaped = []
     for getter, keys in entries:
@@ -211,7 +271,9 @@ def from_reference(source, config: PLDRLLMConfig | None = None, *, dtype=None, a
             k = k[0]
         for key in _flat_keys(keys):
             if key in weights and tuple(np.shape(weights[key])) != tuple(inner):
-                misshaped.append(f"{key}: got {tuple(np.shape(weights[key]))}, expected {tuple(inner)}")
+                misshaped.append(
+                    f"{key}: got {tuple(np.shape(weights[key]))}, expected {tuple(inner)}"
+                )
     problems = []
     if missing:
         problems.append(f"missing keys ({len(missing)}): {missing[:10]}")
@@ -220,7 +282,9 @@ def from_reference(source, config: PLDRLLMConfig | None = None, *, dtype=None, a
     if misshaped:
         problems.append(f"mis-shaped keys ({len(misshaped)}): {misshaped[:10]}")
     if problems:
-        raise ValueError("Weights do not match the reference layout for this config: " + "; ".join(problems))
+        raise ValueError(
+            "Weights do not match the reference layout for this config: " + "; ".join(problems)
+        )
     if dtype is None:
         dtype = jnp.asarray(weights["decoder.embedding.weight"][:1]).dtype
     values = [jnp.asarray(_stack(keys, weights), dtype) for _, keys in entries]
@@ -244,16 +308,22 @@ def reference_keys(config: PLDRLLMConfig, attention: str = "plga") -> list[str]:
     c = config
     keys = ["decoder.embedding.weight"]
     wb = ("weight", "bias")
-    for l in range(c.num_layers):
-        p = f"decoder.dec_layers.{l}."
+    for li in range(c.num_layers):
+        p = f"decoder.dec_layers.{li}."
         keys += [f"{p}mha1.{n}.{x}" for n in ("wq", "wk", "wv") for x in wb]
         if attention == "plga":
-            keys += [f"{p}mha1.plgatt_layer.{n}" for n in ("Wlst", "blst", "pwlst", "alst", "balst")]
+            keys += [
+                f"{p}mha1.plgatt_layer.{n}" for n in ("Wlst", "blst", "pwlst", "alst", "balst")
+            ]
         keys += [f"{p}mha1.dense.{x}" for x in wb]
         if attention == "plga":
             for r in range(c.num_reslayerA):
                 for j in range(c.num_denseA):
-                    keys += [f"{p}mha1.reslayerAs.{r}.denseAs.{j}.gluw{n}.{x}" for n in (1, 2, 3) for x in wb]
+                    keys += [
+                        f"{p}mha1.reslayerAs.{r}.denseAs.{j}.gluw{n}.{x}"
+                        for n in (1, 2, 3)
+                        for x in wb
+                    ]
                 keys += [f"{p}mha1.reslayerAs.{r}.layernormA.{x}" for x in wb]
             keys += [f"{p}mha1.layernorm1.{x}" for x in wb]
         keys += [f"{p}ffn.gluw{n}.{x}" for n in (1, 2, 3) for x in wb]
