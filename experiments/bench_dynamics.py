@@ -63,10 +63,21 @@ def bench_rhs(*, sizes, dims, seed=0, repeats=7, dtype="float64"):
             err = float(jnp.max(jnp.abs(fast(field, x) - direct(field, x))))
             t_fast = _median_time(fast, field, x, repeats=repeats)
             t_direct = _median_time(direct, field, x, repeats=repeats)
-            rows.append(dict(n=n, d=d, moment_s=t_fast, direct_s=t_direct,
-                             speedup=t_direct / t_fast, max_abs_diff=err))
-            print(f"  rhs n={n:5d} d={d:3d}: moment {t_fast * 1e6:10.1f} µs  direct "
-                  f"{t_direct * 1e6:11.1f} µs  ×{t_direct / t_fast:7.1f}  |Δ| {err:.1e}", flush=True)
+            rows.append(
+                dict(
+                    n=n,
+                    d=d,
+                    moment_s=t_fast,
+                    direct_s=t_direct,
+                    speedup=t_direct / t_fast,
+                    max_abs_diff=err,
+                )
+            )
+            print(
+                f"  rhs n={n:5d} d={d:3d}: moment {t_fast * 1e6:10.1f} µs  direct "
+                f"{t_direct * 1e6:11.1f} µs  ×{t_direct / t_fast:7.1f}  |Δ| {err:.1e}",
+                flush=True,
+            )
     return rows
 
 
@@ -111,8 +122,17 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
     ts = jnp.array([0.0, t1])
 
     def run(solver, rt, at):
-        return simulate(field, x0, t1=t1, ts=ts, solver=solver, rtol=rt, atol=at,
-                        max_steps=1_000_000, project=False).final
+        return simulate(
+            field,
+            x0,
+            t1=t1,
+            ts=ts,
+            solver=solver,
+            rtol=rt,
+            atol=at,
+            max_steps=1_000_000,
+            project=False,
+        ).final
 
     ref = np.asarray(run(diffrax.Dopri8(), 1e-12, 1e-14))
     jax_solve = jax.jit(lambda: run(diffrax.Dopri5(), rtol, atol))
@@ -122,8 +142,20 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
     t_jax = _median_time(jax_solve, repeats=repeats, min_time=0.0)
     x_jax = np.asarray(jax_solve())
     # projected variant (the default of simulate): keeps |x_k| = 1 to rounding
-    proj = jax.jit(lambda: simulate(field, x0, t1=t1, ts=ts, solver=diffrax.Dopri5(), rtol=rtol,
-                                    atol=atol, max_steps=1_000_000).final)
+    proj = jax.jit(
+        lambda: (
+            simulate(
+                field,
+                x0,
+                t1=t1,
+                ts=ts,
+                solver=diffrax.Dopri5(),
+                rtol=rtol,
+                atol=atol,
+                max_steps=1_000_000,
+            ).final
+        )
+    )
     t_proj = _median_time(proj, repeats=repeats, min_time=0.0)
     x_proj = np.asarray(proj())
 
@@ -142,17 +174,30 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
         return float(np.max(np.abs(x - ref)))
 
     row = dict(
-        n=n, d=d, t1=t1, rtol=rtol, atol=atol,
-        jax_s=t_jax, jax_projected_s=t_proj, jax_compile_s=t_compile, scipy_s=t_scipy,
-        speedup=t_scipy / t_jax, speedup_projected=t_scipy / t_proj,
-        err_jax=err(x_jax), err_jax_projected=err(x_proj), err_scipy=err(x_scipy),
+        n=n,
+        d=d,
+        t1=t1,
+        rtol=rtol,
+        atol=atol,
+        jax_s=t_jax,
+        jax_projected_s=t_proj,
+        jax_compile_s=t_compile,
+        scipy_s=t_scipy,
+        speedup=t_scipy / t_jax,
+        speedup_projected=t_scipy / t_proj,
+        err_jax=err(x_jax),
+        err_jax_projected=err(x_proj),
+        err_scipy=err(x_scipy),
         scipy_nfev=int(sol.nfev),
     )
-    print(f"  solve n={n} d={d} t1={t1:g} rtol={rtol:g}: jaxattn {t_jax:.3f} s (projected "
-          f"{t_proj:.3f} s, compile {t_compile:.1f} s), scipy RK45 {t_scipy:.3f} s "
-          f"({sol.nfev} RHS calls) -> ×{t_scipy / t_jax:.1f}; error vs Dopri8@1e-12: "
-          f"jaxattn {row['err_jax']:.1e} (projected {row['err_jax_projected']:.1e}), "
-          f"scipy {row['err_scipy']:.1e}", flush=True)
+    print(
+        f"  solve n={n} d={d} t1={t1:g} rtol={rtol:g}: jaxattn {t_jax:.3f} s (projected "
+        f"{t_proj:.3f} s, compile {t_compile:.1f} s), scipy RK45 {t_scipy:.3f} s "
+        f"({sol.nfev} RHS calls) -> ×{t_scipy / t_jax:.1f}; error vs Dopri8@1e-12: "
+        f"jaxattn {row['err_jax']:.1e} (projected {row['err_jax_projected']:.1e}), "
+        f"scipy {row['err_scipy']:.1e}",
+        flush=True,
+    )
     return row
 
 
@@ -169,29 +214,44 @@ def main(*, quick=False, seed=0, out_dir=None, repeats=7):
     jax.config.update("jax_enable_x64", True)  # the benchmark's own choice, at run time
     sizes = (64, 256) if quick else (256, 1024, 4096)
     dims = (2, 16) if quick else (2, 16, 64)
-    print(f"jaxattn dynamics benchmark on {jax.devices()[0].device_kind} "
-          f"({jax.default_backend()}), float64", flush=True)
+    print(
+        f"jaxattn dynamics benchmark on {jax.devices()[0].device_kind} "
+        f"({jax.default_backend()}), float64",
+        flush=True,
+    )
     rhs = bench_rhs(sizes=sizes, dims=dims, seed=seed, repeats=3 if quick else repeats)
     horizons = (2.0,) if quick else (5.0, 50.0)
     solves = [
-        bench_solve(n=50 if quick else 200, d=20 if quick else 100, t1=t1, seed=seed,
-                    repeats=1 if quick else 3)
+        bench_solve(
+            n=50 if quick else 200,
+            d=20 if quick else 100,
+            t1=t1,
+            seed=seed,
+            repeats=1 if quick else 3,
+        )
         for t1 in horizons
     ]
     print()
     print("| n | d | moment form (µs) | direct sum (µs) | speed-up |")
     print("|---:|---:|---:|---:|---:|")
     for r in rhs:
-        print(f"| {r['n']} | {r['d']} | {r['moment_s'] * 1e6:.1f} | {r['direct_s'] * 1e6:.1f} | "
-              f"{r['speedup']:.1f}× |")
+        print(
+            f"| {r['n']} | {r['d']} | {r['moment_s'] * 1e6:.1f} | {r['direct_s'] * 1e6:.1f} | "
+            f"{r['speedup']:.1f}× |"
+        )
     print()
-    print("| solve (n, d, t1, rtol/atol) | jaxattn Dopri5 | scipy RK45 | speed-up | error jaxattn | error scipy |")
+    print(
+        "| solve (n, d, t1, rtol/atol) | jaxattn Dopri5 | scipy RK45 | speed-up "
+        "| error jaxattn | error scipy |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for s in solves:
-        print(f"| {s['n']}, {s['d']}, {s['t1']:g}, {s['rtol']:g}/{s['atol']:g} | {s['jax_s']:.3f} s "
-              f"(projected {s['jax_projected_s']:.3f} s) | {s['scipy_s']:.3f} s "
-              f"({s['scipy_nfev']} RHS calls) | {s['speedup']:.1f}× | {s['err_jax']:.1e} "
-              f"| {s['err_scipy']:.1e} |")
+        print(
+            f"| {s['n']}, {s['d']}, {s['t1']:g}, {s['rtol']:g}/{s['atol']:g} | {s['jax_s']:.3f} s "
+            f"(projected {s['jax_projected_s']:.3f} s) | {s['scipy_s']:.3f} s "
+            f"({s['scipy_nfev']} RHS calls) | {s['speedup']:.1f}× | {s['err_jax']:.1e} "
+            f"| {s['err_scipy']:.1e} |"
+        )
     result = {"rhs": rhs, "solve": solves}
     if out_dir is not None:
         out = Path(out_dir)

@@ -38,8 +38,21 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
     (tmp_path / "A.json").write_text(json.dumps([[1.0, 2.0], [-3.0, 0.5]]))
     np.savez(tmp_path / "V.npz", V=np.eye(2))
     out = tmp_path / "run"
-    rc = main(["simulate", "--A", str(tmp_path / "A.json"), "--V", str(tmp_path / "V.npz"),
-               "--t1", "40", *SMALL, "--no-figures", "--out", str(out)])
+    rc = main(
+        [
+            "simulate",
+            "--A",
+            str(tmp_path / "A.json"),
+            "--V",
+            str(tmp_path / "V.npz"),
+            "--t1",
+            "40",
+            *SMALL,
+            "--no-figures",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parameters"]["preset"] == "custom"

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.dynamics import AttentionDynamics, RESULTS, Trajectory, simulate
+from jaxattn.dynamics import RESULTS, AttentionDynamics, Trajectory, simulate
 from jaxattn.dynamics._circle import angles_from_tokens, order_parameter
 from jaxattn.dynamics._presets import PRESETS
 from jaxattn.dynamics._regimes import (
@@ -166,8 +166,14 @@ def test_classify_twice_identical(particle_batch):
 def _trajectory(xs, ts):
     z = jnp.zeros((), jnp.int32)
     return Trajectory(
-        ts=ts, xs=xs, result=RESULTS.successful, num_steps=z, num_accepted_steps=z,
-        num_rejected_steps=z, sphere_deviation=jnp.zeros(()), initial_deviation=jnp.zeros(()),
+        ts=ts,
+        xs=xs,
+        result=RESULTS.successful,
+        num_steps=z,
+        num_accepted_steps=z,
+        num_rejected_steps=z,
+        sphere_deviation=jnp.zeros(()),
+        initial_deviation=jnp.zeros(()),
     )
 
 
@@ -178,7 +184,11 @@ def test_gradient_finite_at_exact_consensus(getkey, d):
 
     def evidence_sum(xs):
         regime, ev = classify_regime(_trajectory(xs, ts))
-        floats = [getattr(ev, k) for k in ev.__dataclass_fields__ if jnp.issubdtype(getattr(ev, k).dtype, jnp.floating)]
+        floats = [
+            getattr(ev, k)
+            for k in ev.__dataclass_fields__
+            if jnp.issubdtype(getattr(ev, k).dtype, jnp.floating)
+        ]
         return sum(jnp.where(jnp.isfinite(f), f, 0.0) for f in floats)
 
     xs = jnp.broadcast_to(u, (41, 6, d))  # all tokens equal at all times

@@ -11,7 +11,8 @@ import pytest
 
 from jaxattn.dynamics import RESULTS, AttentionDynamics, simulate
 from jaxattn.dynamics._presets import preset
-from jaxattn.dynamics._regimes import classify_regime as _classify_eager, regime_name
+from jaxattn.dynamics._regimes import classify_regime as _classify_eager
+from jaxattn.dynamics._regimes import regime_name
 from jaxattn.sphere import sample_uniform
 
 N, D = 12, 4
@@ -51,8 +52,10 @@ def test_sphere_drift_and_time_over_t1_1000(dtype):
     assert traj.successful
     assert traj.xs.dtype == dtype
     on_sphere = _max_norm_error(traj.xs)
-    print(f"{jnp.dtype(dtype).name}: max ||x|-1| over saves {on_sphere:.2e}, per-step drift "
-          f"before projection {float(traj.sphere_deviation):.2e}, steps {int(traj.num_steps)}")
+    print(
+        f"{jnp.dtype(dtype).name}: max ||x|-1| over saves {on_sphere:.2e}, per-step drift "
+        f"before projection {float(traj.sphere_deviation):.2e}, steps {int(traj.num_steps)}"
+    )
     assert on_sphere <= 1e-6
     assert float(traj.sphere_deviation) <= 1e-6
     # time keeps advancing: the solve reaches t1 and at t ~ 1000 the tokens still turn
@@ -215,8 +218,12 @@ def test_first_and_later_calls_identical():
     first = simulate(field, _x0(), t1=5.0, num_save=11, max_steps=300, throw=False)
     again = simulate(field, _x0(), t1=5.0, num_save=11, max_steps=300, throw=False)
     rebuilt = simulate(
-        AttentionDynamics(np.asarray(A), np.asarray(V)), _x0(), t1=5.0, num_save=11,
-        max_steps=300, throw=False,
+        AttentionDynamics(np.asarray(A), np.asarray(V)),
+        _x0(),
+        t1=5.0,
+        num_save=11,
+        max_steps=300,
+        throw=False,
     )
     assert bool(eqx.tree_equal(first, again))
     assert bool(eqx.tree_equal(first, rebuilt))

@@ -13,7 +13,12 @@ import pytest
 
 from jaxattn.dynamics import AttentionDynamics, simulate
 from jaxattn.dynamics._ott_antonsen import ott_antonsen_field
-from jaxattn.dynamics._regimes import REGIMES, classify_order_parameter, classify_regime, regime_name
+from jaxattn.dynamics._regimes import (
+    REGIMES,
+    classify_order_parameter,
+    classify_regime,
+    regime_name,
+)
 from jaxattn.dynamics._theory import (
     block_embed,
     case1_criterion,
@@ -36,9 +41,16 @@ def _oa_solve(A, V, R0):
         return jnp.stack([jnp.real(dR), jnp.imag(dR)])
 
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs), diffrax.Tsit5(), 0.0, T1, None, jnp.stack([jnp.real(R0), jnp.imag(R0)]),
-        saveat=diffrax.SaveAt(ts=TS), stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
-        max_steps=200_000, throw=False,
+        diffrax.ODETerm(rhs),
+        diffrax.Tsit5(),
+        0.0,
+        T1,
+        None,
+        jnp.stack([jnp.real(R0), jnp.imag(R0)]),
+        saveat=diffrax.SaveAt(ts=TS),
+        stepsize_controller=diffrax.PIDController(rtol=1e-10, atol=1e-12),
+        max_steps=200_000,
+        throw=False,
     )
     return classify_order_parameter(TS, sol.ys[:, 0] + 1j * sol.ys[:, 1])
 
@@ -70,7 +82,10 @@ def _agreement(pred, regimes, label):
     undetermined = got == int(REGIMES.undetermined._value)
     wrong = claims & ~undetermined & (got != want)
     assert not wrong.any(), (label, np.flatnonzero(wrong), regime_name(regimes)[wrong])
-    assert (claims & undetermined).sum() <= 0.1 * claims.sum(), (label, (claims & undetermined).sum())
+    assert (claims & undetermined).sum() <= 0.1 * claims.sum(), (
+        label,
+        (claims & undetermined).sum(),
+    )
     return int(claims.sum()), int((claims & ~undetermined).sum())
 
 

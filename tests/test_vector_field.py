@@ -4,11 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random_matrix
 
 from jaxattn.dynamics import AttentionDynamics
 from jaxattn.sphere import sample_uniform
-
-from helpers import random_matrix
 
 
 def _numpy_field(A, V, beta, x, kernel):

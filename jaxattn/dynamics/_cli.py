@@ -32,16 +32,36 @@ def register(subparsers) -> None:
         epilog=USAGE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", default=None, metavar="NAME",
-                   help=f"named (A, V) of the paper's cases (default {DEFAULT_PRESET} unless --A/--V)")
-    p.add_argument("--A", dest="A_file", default=None, metavar="FILE",
-                   help="A as a JSON nested list or an .npz/.npy file (key 'A' or its only array)")
-    p.add_argument("--V", dest="V_file", default=None, metavar="FILE",
-                   help="V, same formats (default: the preset's V, or I with --A)")
-    p.add_argument("--beta", type=float, default=None, help="inverse temperature (default: preset's, 1)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help=f"named (A, V) of the paper's cases (default {DEFAULT_PRESET} unless --A/--V)",
+    )
+    p.add_argument(
+        "--A",
+        dest="A_file",
+        default=None,
+        metavar="FILE",
+        help="A as a JSON nested list or an .npz/.npy file (key 'A' or its only array)",
+    )
+    p.add_argument(
+        "--V",
+        dest="V_file",
+        default=None,
+        metavar="FILE",
+        help="V, same formats (default: the preset's V, or I with --A)",
+    )
+    p.add_argument(
+        "--beta", type=float, default=None, help="inverse temperature (default: preset's, 1)"
+    )
     p.add_argument("--n", type=int, default=64, help="number of tokens (default 64)")
-    p.add_argument("--d", type=int, default=None,
-                   help="dimension (default: that of A; presets are block-embedded for even d > 2)")
+    p.add_argument(
+        "--d",
+        type=int,
+        default=None,
+        help="dimension (default: that of A; presets are block-embedded for even d > 2)",
+    )
     p.add_argument("--kernel", choices=("lsa", "usa", "sa"), default="lsa", help="attention kernel")
     p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
     p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
@@ -96,16 +116,26 @@ def _resolve(args):
     if A is None and V is None:
         d = 2 if args.d is None else int(args.d)
         if d < 2 or d % 2:
-            raise ValueError(f"--d: presets are 2×2 and block-embedded, so d must be even >= 2, got {d}.")
+            raise ValueError(
+                f"--d: presets are 2×2 and block-embedded, so d must be even >= 2, got {d}."
+            )
         k = d // 2
         A = np.kron(np.eye(k), pre.A)
         V = np.kron(np.eye(k), pre.V)
     else:
         d_ref = (A if A is not None else V).shape[0]
         if A is None:
-            A = np.kron(np.eye(d_ref // 2), pre.A) if pre is not None and d_ref % 2 == 0 else np.eye(d_ref)
+            A = (
+                np.kron(np.eye(d_ref // 2), pre.A)
+                if pre is not None and d_ref % 2 == 0
+                else np.eye(d_ref)
+            )
         if V is None:
-            V = np.kron(np.eye(d_ref // 2), pre.V) if pre is not None and d_ref % 2 == 0 else np.eye(d_ref)
+            V = (
+                np.kron(np.eye(d_ref // 2), pre.V)
+                if pre is not None and d_ref % 2 == 0
+                else np.eye(d_ref)
+            )
         if A.shape != V.shape:
             raise ValueError(f"--A and --V must have the same shape, got {A.shape} and {V.shape}.")
         if args.d is not None and int(args.d) != A.shape[0]:
@@ -149,11 +179,17 @@ def run(args) -> int:
     n, d = int(args.n), A.shape[0]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    label = pre.name if (pre is not None and args.A_file is None and args.V_file is None) else "custom"
-    _progress(f"jaxattn simulate: {label}, kernel {args.kernel}, n={n}, d={d}, beta={beta:g}, "
-              f"t1={t1:g}, {jnp.dtype(dtype).name} -> {out}")
+    label = (
+        pre.name if (pre is not None and args.A_file is None and args.V_file is None) else "custom"
+    )
+    _progress(
+        f"jaxattn simulate: {label}, kernel {args.kernel}, n={n}, d={d}, beta={beta:g}, "
+        f"t1={t1:g}, {jnp.dtype(dtype).name} -> {out}"
+    )
 
-    field = AttentionDynamics(jnp.asarray(A, dtype), jnp.asarray(V, dtype), beta=beta, kernel=args.kernel)
+    field = AttentionDynamics(
+        jnp.asarray(A, dtype), jnp.asarray(V, dtype), beta=beta, kernel=args.kernel
+    )
     x0 = sample_uniform(jax.random.key(args.seed), n, d, dtype=dtype)
     # Solve in equal chunks (one compilation, reused) so progress can be shown.
     chunks = 10
@@ -164,12 +200,26 @@ def run(args) -> int:
     t_solve = time.perf_counter()
     x = x0
     result = RESULTS.successful
-    bar = tqdm(range(chunks), desc="solving", unit="chunk", file=sys.stderr,
-               disable=not sys.stderr.isatty())
+    bar = tqdm(
+        range(chunks),
+        desc="solving",
+        unit="chunk",
+        file=sys.stderr,
+        disable=not sys.stderr.isatty(),
+    )
     for c in bar:
         ts = jnp.asarray(ts_all[c * per : (c + 1) * per + 1], dtype)
-        traj = simulate(field, x, t0=float(ts[0]), t1=float(ts[-1]), ts=ts, rtol=args.rtol,
-                        atol=args.atol, max_steps=args.max_steps, throw=False)
+        traj = simulate(
+            field,
+            x,
+            t0=float(ts[0]),
+            t1=float(ts[-1]),
+            ts=ts,
+            rtol=args.rtol,
+            atol=args.atol,
+            max_steps=args.max_steps,
+            throw=False,
+        )
         steps += int(traj.num_steps)
         accepted += int(traj.num_accepted_steps)
         rejected += int(traj.num_rejected_steps)
@@ -188,10 +238,16 @@ def run(args) -> int:
     from ._solve import Trajectory
 
     z = jnp.asarray(0)
-    full = Trajectory(ts=jnp.asarray(ts_done, dtype), xs=jnp.asarray(xs, dtype), result=result,
-                      num_steps=z + steps, num_accepted_steps=z + accepted,
-                      num_rejected_steps=z + rejected, sphere_deviation=jnp.asarray(drift, dtype),
-                      initial_deviation=jnp.asarray(0.0, dtype))
+    full = Trajectory(
+        ts=jnp.asarray(ts_done, dtype),
+        xs=jnp.asarray(xs, dtype),
+        result=result,
+        num_steps=z + steps,
+        num_accepted_steps=z + accepted,
+        num_rejected_steps=z + rejected,
+        sphere_deviation=jnp.asarray(drift, dtype),
+        initial_deviation=jnp.asarray(0.0, dtype),
+    )
     ok = bool(full.result == RESULTS.successful)
     if ok:
         regime, evidence = jax.jit(classify_regime)(full)
@@ -209,16 +265,34 @@ def run(args) -> int:
     summary = {
         "command": "simulate",
         "parameters": {
-            "preset": label, "kernel": args.kernel, "n": n, "d": d, "beta": beta, "t1": t1,
-            "num_save": int(xs.shape[0]), "seed": args.seed, "rtol": args.rtol, "atol": args.atol,
-            "max_steps": args.max_steps, "dtype": jnp.dtype(dtype).name,
-            "A": A.tolist(), "V": V.tolist(),
+            "preset": label,
+            "kernel": args.kernel,
+            "n": n,
+            "d": d,
+            "beta": beta,
+            "t1": t1,
+            "num_save": int(xs.shape[0]),
+            "seed": args.seed,
+            "rtol": args.rtol,
+            "atol": args.atol,
+            "max_steps": args.max_steps,
+            "dtype": jnp.dtype(dtype).name,
+            "A": A.tolist(),
+            "V": V.tolist(),
         },
-        "result": {"code": _result_name(full.result),
-                   "message": RESULTS[full.result] or "successful", "successful": ok},
-        "regime": {"name": name, "description": REGIMES[regime],
-                   "evidence": None if evidence is None else evidence.as_dict()},
-        "expected_regime": pre.expected if label != "custom" and args.kernel == "lsa" and d == 2 else None,
+        "result": {
+            "code": _result_name(full.result),
+            "message": RESULTS[full.result] or "successful",
+            "successful": ok,
+        },
+        "regime": {
+            "name": name,
+            "description": REGIMES[regime],
+            "evidence": None if evidence is None else evidence.as_dict(),
+        },
+        "expected_regime": pre.expected
+        if label != "custom" and args.kernel == "lsa" and d == 2
+        else None,
         "stated_criterion": prediction,
         "sphere": {"max_step_drift_before_projection": drift, "max_norm_error_saved": on_sphere},
         "steps": {"num_steps": steps, "accepted": accepted, "rejected": rejected},
@@ -227,14 +301,20 @@ def run(args) -> int:
     figures = []
     if not args.no_figures:
         _progress("  drawing figures")
-        figures = [str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")]
+        figures = [
+            str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")
+        ]
     summary["figures"] = figures
     summary["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    _progress(f"regime: {name} | result: {summary['result']['code']} | steps {steps} | "
-              f"sphere drift {drift:.1e} | {summary['timing_s']['total']:.1f}s")
-    _progress(f"wrote {out / 'trajectory.npz'}, {out / 'summary.json'}"
-              + (f", {len(figures)} figures" if figures else ""))
+    _progress(
+        f"regime: {name} | result: {summary['result']['code']} | steps {steps} | "
+        f"sphere drift {drift:.1e} | {summary['timing_s']['total']:.1f}s"
+    )
+    _progress(
+        f"wrote {out / 'trajectory.npz'}, {out / 'summary.json'}"
+        + (f", {len(figures)} figures" if figures else "")
+    )
     return 0 if ok else 1
 
 

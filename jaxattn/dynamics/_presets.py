@@ -55,43 +55,87 @@ def _make():
     A4s, V4s = _case4(1.0, 1.0)
     items = [
         Preset(
-            "case1", np.array([[1.0, 2.0], [-3.0, 0.5]]), eye, 1.0, 40.0, "clustering",
+            "case1",
+            np.array([[1.0, 2.0], [-3.0, 0.5]]),
+            eye,
+            1.0,
+            40.0,
+            "clustering",
             "Case 1 (V = I) with tr A > 0: two antipodal clusters at rest (Type 1).",
         ),
         Preset(
-            "case1-interior", np.array([[-1.0, 0.5], [-1.5, -2.0]]), eye, 1.0, 100.0,
+            "case1-interior",
+            np.array([[-1.0, 0.5], [-1.5, -2.0]]),
+            eye,
+            1.0,
+            100.0,
             "oscillation",
             "Case 1 (V = I) with sym(A) negative definite: the Ott–Antonsen flow converges "
             "to an interior point; finite-n particles keep moving (Watanabe–Strogatz tori).",
         ),
         Preset(
-            "case2", eye, np.array([[1.0, 0.5], [0.5, -2.0]]), 1.0, 40.0, "clustering",
+            "case2",
+            eye,
+            np.array([[1.0, 0.5], [0.5, -2.0]]),
+            1.0,
+            40.0,
+            "clustering",
             "Case 2 (A = I, V symmetric) with λ_max(V) ≥ 0: clusters on the top eigenvector.",
         ),
         Preset(
-            "case2-interior", eye, np.array([[-1.0, 0.5], [0.5, -2.0]]), 1.0, 40.0, "interior",
+            "case2-interior",
+            eye,
+            np.array([[-1.0, 0.5], [0.5, -2.0]]),
+            1.0,
+            40.0,
+            "interior",
             "Case 2 with V negative definite: convergence without clustering.",
         ),
         Preset(
-            "case3-rotating", A3, V3, 1.0, 60.0, "rotating",
+            "case3-rotating",
+            A3,
+            V3,
+            1.0,
+            60.0,
+            "rotating",
             "Case 3: A = diag(2, 1), V = I + J (non-commuting): two antipodal clusters that "
             "rotate forever (Type 2).",
         ),
         Preset(
-            "case4-oscillating", A4o, V4o, 1.0, 100.0, "oscillation",
+            "case4-oscillating",
+            A4o,
+            V4o,
+            1.0,
+            100.0,
+            "oscillation",
             "Case 4 family, v11 = 0.2 < v12 = 1: periodic orbits of R₂ (Type 3).",
         ),
         Preset(
-            "case4-clustering", A4c, V4c, 1.0, 40.0, "clustering",
+            "case4-clustering",
+            A4c,
+            V4c,
+            1.0,
+            40.0,
+            "clustering",
             "Case 4 family, v11 = 1 > v12 = 0.2: clustering (Type 1).",
         ),
         Preset(
-            "case4-saddle-node", A4s, V4s, 1.0, 200.0, "undetermined",
+            "case4-saddle-node",
+            A4s,
+            V4s,
+            1.0,
+            200.0,
+            "undetermined",
             "Case 4 family at the saddle-node v11 = v12 = 1 (V nilpotent): only algebraic "
             "convergence, 1 − |R₂| ∝ t⁻²; a finite horizon cannot settle it.",
         ),
         Preset(
-            "identity", eye, eye, 1.0, 40.0, "clustering",
+            "identity",
+            eye,
+            eye,
+            1.0,
+            40.0,
+            "clustering",
             "A = V = I: LSA forms two antipodal clusters; USA and SA (d ≥ 3) one cluster.",
         ),
     ]
@@ -110,6 +154,4 @@ def preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(
-            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}."
-        ) from None
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}.") from None

@@ -508,7 +508,7 @@ def classify_regime(
         drift_change = _relative_change(m1, m3)
         signal = gap
         final_order = _safe_sqrt(1 - gap[-1])
-    rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0):])[2])
+    rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0) :])[2])
     num, pairs = cluster_structure(xs[-1], cluster_tol=cluster_tol)
     return _decide(
         ts=ts,
@@ -525,4 +525,3 @@ def classify_regime(
         gap_floor=gap_floor,
         rest_tol=rest_tol,
     )
-

@@ -49,7 +49,9 @@ class Prediction(eqx.Module):
 def _check_2x2(name, M):
     M = jnp.asarray(M)
     if M.shape != (2, 2):
-        raise ValueError(f"{name} must be a 2×2 matrix (the stated results are for d = 2), got shape {M.shape}.")
+        raise ValueError(
+            f"{name} must be a 2×2 matrix (the stated results are for d = 2), got shape {M.shape}."
+        )
     return M.astype(jnp.result_type(M, float))
 
 
@@ -64,7 +66,9 @@ def _predict(cluster, other, other_regime):
     return Prediction(claims=claims, regime=regime)
 
 
-def case1_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12) -> Prediction:
+def case1_criterion(
+    A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12
+) -> Prediction:
     r"""Case 1 (`V = I`, d = 2, LSA): clustering if `tr A > 0` or `det A ≤ 0`; convergence
     without clustering if the symmetric part `(A + Aᵀ)/2` is negative definite.
 
@@ -94,7 +98,9 @@ def case1_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, a
     return _predict(cluster, interior, REGIMES.interior)
 
 
-def case2_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12) -> Prediction:
+def case2_criterion(
+    A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12
+) -> Prediction:
     r"""Case 2 (`A = I`, `V` symmetric, d = 2, LSA): clustering iff `λ_max(V) ≥ 0`,
     otherwise convergence without clustering.
 
@@ -121,7 +127,9 @@ def case2_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, a
     return _predict(cluster, interior, REGIMES.interior)
 
 
-def case4_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12) -> Prediction:
+def case4_criterion(
+    A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12
+) -> Prediction:
     r"""Case 4 (`A = I`, `V = [[v11, v12], [−v12, −v11]]`, d = 2, LSA): periodic orbits
     (Type 3) when `|v11| < |v12|`, clustering when `|v11| > |v12|`; no claim on the
     saddle-node `|v11| = |v12|` (V nilpotent: only algebraic convergence).
@@ -143,9 +151,8 @@ def case4_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, a
     A = _check_2x2("A", A)
     V = _check_2x2("V", V)
     v11, v12 = V[0, 0], V[0, 1]
-    applies = (
-        _close(A, jnp.eye(2, dtype=A.dtype), atol)
-        & _close(V, jnp.array([[v11, v12], [-v12, -v11]]), atol)
+    applies = _close(A, jnp.eye(2, dtype=A.dtype), atol) & _close(
+        V, jnp.array([[v11, v12], [-v12, -v11]]), atol
     )
     s = v11 * v11 - v12 * v12
     cluster = applies & (s > 0)
@@ -153,7 +160,9 @@ def case4_criterion(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, a
     return _predict(cluster, oscillation, REGIMES.oscillation)
 
 
-def stated_prediction(A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12) -> Prediction:
+def stated_prediction(
+    A: Float[ArrayLike, "2 2"], V: Float[ArrayLike, "2 2"], *, atol: float = 1e-12
+) -> Prediction:
     """The first of Case 1, Case 2, Case 4 that makes a claim about `(A, V)`.
 
     **Returns:** a `Prediction` (no claim if none of the criteria applies).
@@ -190,7 +199,9 @@ def case3_matrices(dtype=None) -> tuple[Float[Array, "2 2"], Float[Array, "2 2"]
     return jnp.diag(jnp.array([2.0, 1.0], dtype)), jnp.eye(2, dtype=dtype) + jnp.array(_J, dtype)
 
 
-def case4_matrices(v11: Float[ArrayLike, ""], v12: Float[ArrayLike, ""]) -> tuple[Float[Array, "2 2"], Float[Array, "2 2"]]:
+def case4_matrices(
+    v11: Float[ArrayLike, ""], v12: Float[ArrayLike, ""]
+) -> tuple[Float[Array, "2 2"], Float[Array, "2 2"]]:
     """Case 4 pair `A = I`, `V = [[v11, v12], [−v12, −v11]]` (traceless). Traceable."""
     v11 = jnp.asarray(v11)
     v12 = jnp.asarray(v12)
