@@ -246,9 +246,26 @@ def moment_features(ts, *, R2=None, xs=None):
         return jnp.abs(R2), jnp.stack([jnp.real(R2), jnp.imag(R2)], axis=-1)
     n = xs.shape[1]
     C = jnp.einsum("tnd,tne->tde", xs, xs) / n
-    lam = jnp.linalg.eigvalsh(C)[:, -1]
+    lam = _top_eigenvalue(C)
     Y = math.sqrt(2) * C.reshape(C.shape[0], -1)
     return 2 * lam - 1, Y
+
+
+def _top_eigenvalue(C, iterations: int = 100):
+    # Power iteration (C is symmetric positive semi-definite), batched over leading axes;
+    # far cheaper than a full eigendecomposition on CPU, and exact where it matters
+    # (λ_max → 1 with the rest → 0 when tokens cluster). Started from the column of C
+    # with the largest diagonal entry, which is not orthogonal to the top eigenvector.
+    k = jnp.argmax(jnp.diagonal(C, axis1=-2, axis2=-1), axis=-1)
+    v = jnp.take_along_axis(C, k[..., None, None], axis=-1)[..., 0]
+
+    def body(_, v):
+        w = jnp.einsum("...de,...e->...d", C, v)
+        return w / jnp.maximum(jnp.linalg.norm(w, axis=-1, keepdims=True), 1e-30)
+
+    v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-30)
+    v = jax.lax.fori_loop(0, iterations, body, v)
+    return jnp.einsum("...d,...de,...e->...", v, C, v)
 
 
 def classify_moments(
@@ -268,7 +285,8 @@ def classify_moments(
     - clustered: `min_{Q4} o > 1 − cluster_tol` and `o` not decreasing across Q4;
       then rotating (Type 2) if the moment keeps moving (`v₄ > velocity_tol`, `v` the
       mean speed `|dY/dt|` over Q4), else convergent clusters (Type 1);
-    - not clustered: interior convergence if `v₄ < velocity_tol`; oscillation (Type 3)
+    - not clustered: if `v₄ < velocity_tol` the state is at rest: Type 1 if
+      `o_end > 1 − cluster_tol`, else interior convergence; oscillation (Type 3)
       if the excursion `s₄ = max_{Q4} |Y − Y(t_end)| > amplitude_tol` and it does not
       decay (`s₄ > persistence · s₃`); otherwise undetermined (slow transient).
 
@@ -294,10 +312,11 @@ def classify_moments(
     mid = T - q - 1
     s3 = jnp.max(jnp.linalg.norm(Y[T - 2 * q : T - q] - Y[mid], axis=-1))
     oscill = (s4 > amplitude_tol) & (s4 > persistence * s3) & (v4 > velocity_tol)
+    at_rest = jnp.where(o_end > 1 - cluster_tol, TYPE1, INTERIOR)
     regime = jnp.where(
         clustered,
         jnp.where(v4 > velocity_tol, TYPE2, TYPE1),
-        jnp.where(v4 < velocity_tol, INTERIOR, jnp.where(oscill, TYPE3, UNDETERMINED)),
+        jnp.where(v4 < velocity_tol, at_rest, jnp.where(oscill, TYPE3, UNDETERMINED)),
     )
     # Period from the crossings of the window mean by |Y − Y_end| over the last half.
     sig = dist_end[h:]
@@ -360,6 +379,7 @@ class _Config:
     atol: float
     max_steps: int
     score_shift: float
+    score_shift_auto: bool
     cluster_tol: float
     velocity_tol: float
     amplitude_tol: float
@@ -367,13 +387,35 @@ class _Config:
 
 def _member(A, V, beta, seed, cfg: _Config):
     dtype = A.dtype
-    rate = natural_rate(A, V, beta, cfg.kernel, cfg.score_shift) if cfg.natural else 1.0
-    rate = jnp.asarray(rate, dtype)
-    Vs = V / rate
+    if cfg.score_shift_auto:
+        # USA: the smallest shift that keeps exp(β σ_max(A) − shift) ≤ sqrt(largest float).
+        bound = jnp.abs(beta) * jnp.linalg.norm(jnp.where(jnp.isfinite(A), A, 0), ord=2)
+        shift = jnp.maximum(bound - 0.5 * math.log(float(jnp.finfo(dtype).max)), 0.0)
+    else:
+        shift = jnp.asarray(cfg.score_shift, dtype)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
     key = jax.random.key(seed)
     k_phase, k_tokens = jax.random.split(key)
     R0 = cfg.r0 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=dtype))
+    x0 = theta0 = None
+    if cfg.method != "ott_antonsen":
+        if cfg.d == 2 and cfg.init == "wrapped_cauchy":
+            theta0 = wrapped_cauchy_angles(k_tokens, cfg.n, R0, dtype)
+            x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
+        else:
+            x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
+            theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
+    if not cfg.natural:
+        rate = jnp.asarray(1.0, dtype)
+    elif cfg.kernel == "lsa":
+        rate = natural_rate(A, V, beta, "lsa").astype(dtype)
+    else:
+        # USA / SA: the bound exp(β σ_max) grossly overstates typical speeds; use the
+        # largest initial drive |(1/n) Σ_j w_kj V x_j| of this member instead.
+        f0 = AttentionDynamics(A, V, beta=beta, kernel=cfg.kernel, score_shift=shift)
+        r = jnp.max(jnp.linalg.norm(f0.drive(jnp.where(jnp.isfinite(x0), x0, 0)), axis=-1))
+        rate = jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
+    Vs = V / rate
     R2 = None
     if cfg.method == "ott_antonsen":
         R2, result, steps = solve_ott_antonsen_batchable(
@@ -381,12 +423,6 @@ def _member(A, V, beta, seed, cfg: _Config):
         )
         order, Y = moment_features(ts, R2=R2)
     else:
-        if cfg.d == 2 and cfg.init == "wrapped_cauchy":
-            theta0 = wrapped_cauchy_angles(k_tokens, cfg.n, R0, dtype)
-            x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
-        else:
-            x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
-            theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
         if cfg.method == "watanabe_strogatz":
             R2, _, result, steps = solve_watanabe_strogatz_batchable(
                 A, Vs, beta, theta0, ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps
@@ -394,7 +430,7 @@ def _member(A, V, beta, seed, cfg: _Config):
             order, Y = moment_features(ts, R2=R2)
         else:
             field = AttentionDynamics(
-                A, Vs, beta=beta, kernel=cfg.kernel, score_shift=cfg.score_shift
+                A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift
             )
             traj = simulate(
                 field,
@@ -597,7 +633,7 @@ def sweep(
     group: Literal["stiffness", "none"] = "stiffness",
     r0: float = 0.1,
     init: Literal["wrapped_cauchy", "uniform"] = "wrapped_cauchy",
-    score_shift: float = 0.0,
+    score_shift: float | Literal["auto"] = 0.0,
     rtol: float = 1e-7,
     atol: float = 1e-9,
     max_steps: int = 16384,
@@ -643,6 +679,12 @@ def sweep(
       `.json`, plus `manifest.json`); with `resume=True` chunks already there (same
       sweep, checked by fingerprint) are loaded instead of recomputed.
     - `on_chunk(i, info)`: called after each chunk is finished and written.
+    - `score_shift`: USA only, the constant subtracted from every score (a time
+      rescaling by `e^{score_shift}`, see `AttentionDynamics`); `"auto"` uses, per
+      member, the smallest shift with `β σ_max(A) − shift ≤ ½ log(largest float)` (zero
+      unless the scores on the sphere could overflow `exp`).
+    - natural time for USA/SA uses each member's largest initial drive as its rate (the
+      bound `‖V‖ e^{β σ_max(A)}` overstates typical speeds by orders of magnitude).
     - `rtol, atol, max_steps`: forwarded to the solver.
     - classifier thresholds: see `classify_moments`.
 
@@ -715,7 +757,8 @@ def sweep(
         rtol=float(rtol),
         atol=float(atol),
         max_steps=int(max_steps),
-        score_shift=float(score_shift),
+        score_shift=0.0 if score_shift == "auto" else float(score_shift),
+        score_shift_auto=score_shift == "auto",
         cluster_tol=float(cluster_tol),
         velocity_tol=float(velocity_tol),
         amplitude_tol=float(amplitude_tol),

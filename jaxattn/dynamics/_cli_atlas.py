@@ -1,0 +1,44 @@
+"""`jaxattn atlas`: the regime atlas report (see `jaxattn.dynamics._atlas`)."""
+
+import argparse
+import sys
+import time
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "atlas",
+        help="map where attention clusters, rotates or oscillates; write a report",
+        description="Run the regime atlas on built-in inputs (the paper's cases, regime maps "
+        "with theory overlaid, bifurcations, the Case-4 Hamiltonian, d = 100 runs, a "
+        "gradient-based boundary crossing, and the learned G_LM heads of PLDR-LLM "
+        "v51-110M-1) and write DIR/atlas.md, DIR/atlas.json and DIR/figures/.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes: a few minutes on 2 CPU cores (the full run is GPU-sized)")
+    p.add_argument("--out", default="atlas", metavar="DIR", help="output folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines or bars")
+    p.add_argument("--float32", action="store_true",
+                   help="do not switch this process to float64 (high-d sections are float32 "
+                   "in --quick anyway)")
+    p.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    import jax
+
+    # The command (not the package import) chooses float64 for its own process.
+    if not args.float32:
+        jax.config.update("jax_enable_x64", True)
+    from ._atlas import run_atlas
+
+    t = time.perf_counter()
+    report = run_atlas(quick=args.quick, out_dir=args.out, progress=not args.no_progress)
+    print(
+        f"jaxattn atlas: wrote {report.get('markdown', args.out)} and "
+        f"{args.out}/atlas.json in {time.perf_counter() - t:.1f} s "
+        f"({'quick' if args.quick else 'full'} mode, {jax.default_backend()}).",
+        file=sys.stdout,
+    )
+    return 0
