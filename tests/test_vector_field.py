@@ -92,7 +92,7 @@ def test_float32_path(getkey):
         assert np.max(np.abs(np.asarray(F, np.float64) - ref)) < 1e-5 * max(np.max(np.abs(ref)), 1)
 
 
-def test_nan_token_does_not_poison_other_tokens_in_sa(getkey):
+def test_nonfinite_token_poisons_every_row_hence_simulate_rejects_it(getkey):
     # the softmax row of token k only involves scores s_kj; a non-finite token j poisons
     # every row (it enters all sums). This documents why simulate rejects it up front.
     n, d = 5, 3
