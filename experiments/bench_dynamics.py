@@ -13,14 +13,20 @@ Two questions:
 
 Goals (issue 2): ≥ 50× for the RHS at n = 4096, d = 64; ≥ 10× for the solve.
 Run: `python experiments/bench_dynamics.py` (a few minutes; `--quick` for a smoke run).
-Times depend on the machine and on its load: compare ratios, not seconds.
+Run as a script, XLA and BLAS are single-threaded and times are process CPU time
+(`time.process_time`), so a busy shared machine measures work, not waiting; pass
+`clock="wall"` to `main` for wall time. Compare ratios, not seconds, across machines.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
+
+_CLOCK = {"process": time.process_time, "wall": time.perf_counter}
+_clock = time.process_time
 
 
 def _median_time(fn, *args, repeats=7, min_time=0.2):
@@ -29,11 +35,11 @@ def _median_time(fn, *args, repeats=7, min_time=0.2):
     jax.block_until_ready(fn(*args))  # compile + warm up
     times = []
     for _ in range(repeats):
-        reps, t0 = 0, time.perf_counter()
+        reps, t0 = 0, _clock()
         while True:
             jax.block_until_ready(fn(*args))
             reps += 1
-            elapsed = time.perf_counter() - t0
+            elapsed = _clock() - t0
             if elapsed >= min_time / repeats or reps >= 1000:
                 break
         times.append(elapsed / reps)
@@ -136,9 +142,9 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
 
     ref = np.asarray(run(diffrax.Dopri8(), 1e-12, 1e-14))
     jax_solve = jax.jit(lambda: run(diffrax.Dopri5(), rtol, atol))
-    t0 = time.perf_counter()
+    t0 = _clock()
     jax.block_until_ready(jax_solve())
-    t_compile = time.perf_counter() - t0
+    t_compile = _clock() - t0
     t_jax = _median_time(jax_solve, repeats=repeats, min_time=0.0)
     x_jax = np.asarray(jax_solve())
     # projected variant (the default of simulate): keeps |x_k| = 1 to rounding
@@ -163,9 +169,9 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
     set_shape((n, d))
     times = []
     for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
+        t0 = _clock()
         sol = solve_ivp(rhs, (0.0, t1), np.asarray(x0).ravel(), method="RK45", rtol=rtol, atol=atol)
-        times.append(time.perf_counter() - t0)
+        times.append(_clock() - t0)
     t_scipy = statistics.median(times)
     x_scipy = sol.y[:, -1].reshape(n, d)
     x_scipy = x_scipy / np.linalg.norm(x_scipy, axis=1, keepdims=True)
@@ -201,22 +207,26 @@ def bench_solve(*, n=200, d=100, t1=5.0, rtol=1e-6, atol=1e-9, seed=0, repeats=3
     return row
 
 
-def main(*, quick=False, seed=0, out_dir=None, repeats=7):
+def main(*, quick=False, seed=0, out_dir=None, repeats=7, clock="process"):
     """Run both benchmarks, print the table, and (with `out_dir`) write `bench_dynamics.json`.
 
     **Arguments:** `quick` small sizes for a smoke run; `seed`; `out_dir` a folder or None;
-    `repeats` timing repeats (median).
+    `repeats` timing repeats (median); `clock` `"process"` (CPU time of this process) or
+    `"wall"`.
 
     **Returns:** a dict with the `rhs` rows and the `solve` rows (t1 = 5 and t1 = 50).
     """
     import jax
 
+    global _clock
+    _clock = _CLOCK[clock]
     jax.config.update("jax_enable_x64", True)  # the benchmark's own choice, at run time
     sizes = (64, 256) if quick else (256, 1024, 4096)
     dims = (2, 16) if quick else (2, 16, 64)
     print(
         f"jaxattn dynamics benchmark on {jax.devices()[0].device_kind} "
-        f"({jax.default_backend()}), float64",
+        f"({jax.default_backend()}), float64, {clock} time, "
+        f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}",
         flush=True,
     )
     rhs = bench_rhs(sizes=sizes, dims=dims, seed=seed, repeats=3 if quick else repeats)
@@ -261,9 +271,16 @@ def main(*, quick=False, seed=0, out_dir=None, repeats=7):
 
 
 if __name__ == "__main__":
+    # single-threaded XLA and BLAS (set before jax/numpy start): CPU time is then the work
+    os.environ.setdefault(
+        "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    )
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", default=None)
+    parser.add_argument("--clock", choices=("process", "wall"), default="process")
     a = parser.parse_args()
-    main(quick=a.quick, seed=a.seed, out_dir=a.out_dir)
+    main(quick=a.quick, seed=a.seed, out_dir=a.out_dir, clock=a.clock)
