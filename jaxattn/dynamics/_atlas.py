@@ -341,9 +341,10 @@ def _section_hamiltonian(cfg, out):
     path = plot_phase_portrait(portraits, os.path.join(out, "figures", "case4_phase_portrait.png"))
     # Case 3: rotating clusters, rate measured against the circle integral.
     A3, V3 = PRESETS["case3-rotating"].A, PRESETS["case3-rotating"].V
-    ts3 = jnp.linspace(0.0, 100.0, 10001, dtype=jnp.float64)
-    R3, _, _ = _oa_orbits(jnp.asarray(A3), jnp.asarray(V3), jnp.array([0.1 + 0.0j]), ts3)
-    measured = measured_rotation_rate(ts3, np.asarray(R3[0]))
+    # Same shapes as above: one compiled function for every orbit of this section.
+    R0s = jnp.array([0.1 + 0.0j, 0.3j, -0.5j, 0.5 + 0.2j, -0.2 - 0.8j])
+    R3, _, _ = _oa_orbits(jnp.asarray(A3, jnp.float64), jnp.asarray(V3, jnp.float64), R0s, ts)
+    measured = measured_rotation_rate(ts, np.asarray(R3[0]))
     theory = rotation_rate_on_circle(A3, V3)
     return dict(
         hamiltonian="H(R) = (2 v11 Im R + v12 (1 + |R|^2)) / (1 - |R|^2)^2, "

@@ -410,10 +410,13 @@ def _member(A, V, beta, seed, cfg: _Config):
     elif cfg.kernel == "lsa":
         rate = natural_rate(A, V, beta, "lsa").astype(dtype)
     else:
-        # USA / SA: the bound exp(β σ_max) grossly overstates typical speeds; use the
-        # largest initial drive |(1/n) Σ_j w_kj V x_j| of this member instead.
+        # USA / SA: the bound ‖V‖ e^{β σ_max(A)} overstates typical speeds by orders of
+        # magnitude; use ‖V‖₂ times the largest initial weight mass (1/n) Σ_j w_kj.
         f0 = AttentionDynamics(A, V, beta=beta, kernel=cfg.kernel, score_shift=shift)
-        r = jnp.max(jnp.linalg.norm(f0.drive(jnp.where(jnp.isfinite(x0), x0, 0)), axis=-1))
+        xs0 = jnp.where(jnp.isfinite(x0), x0, 0)
+        s0 = f0.scores(xs0)
+        mass = jnp.max(jnp.mean(jnp.exp(s0 - shift), axis=1)) if cfg.kernel == "usa" else 1.0
+        r = jnp.linalg.norm(jnp.where(jnp.isfinite(V), V, 0), ord=2) * mass
         rate = jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
     Vs = V / rate
     R2 = None
@@ -683,8 +686,9 @@ def sweep(
       rescaling by `e^{score_shift}`, see `AttentionDynamics`); `"auto"` uses, per
       member, the smallest shift with `β σ_max(A) − shift ≤ ½ log(largest float)` (zero
       unless the scores on the sphere could overflow `exp`).
-    - natural time for USA/SA uses each member's largest initial drive as its rate (the
-      bound `‖V‖ e^{β σ_max(A)}` overstates typical speeds by orders of magnitude).
+    - natural time for USA/SA uses the rate `‖V‖₂ · max_k (1/n) Σ_j w_kj(x₀)` (USA) or
+      `‖V‖₂` (SA) of each member (the bound `‖V‖ e^{β σ_max(A)}` overstates typical
+      speeds by orders of magnitude).
     - `rtol, atol, max_steps`: forwarded to the solver.
     - classifier thresholds: see `classify_moments`.
 
