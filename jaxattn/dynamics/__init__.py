@@ -55,3 +55,28 @@ from ._theory import (
     stated_prediction as stated_prediction,
 )
 from ._presets import Preset as Preset, preset as preset, PRESETS as PRESETS
+from ._sweep import (
+    classify_moments as classify_moments,
+    REGIME_NAMES as REGIME_NAMES,
+    sweep as sweep,
+    SweepResult as SweepResult,
+)
+from ._bifurcation import (
+    continuation as continuation,
+    find_transitions as find_transitions,
+    fixed_points as fixed_points,
+    FixedPoints as FixedPoints,
+    refine_transition as refine_transition,
+    saddle_node_on_circle as saddle_node_on_circle,
+)
+from ._hamiltonian import (
+    case4_hamiltonian as case4_hamiltonian,
+    measured_rotation_rate as measured_rotation_rate,
+    rotation_rate_on_circle as rotation_rate_on_circle,
+)
+from ._search import (
+    regime_score as regime_score,
+    regime_search as regime_search,
+    SearchResult as SearchResult,
+)
+from ._atlas import run_atlas as run_atlas
