@@ -272,11 +272,11 @@ def test_potential_power_tiny_base_negative_exponent():
     np.testing.assert_allclose(gx, p * x ** (p - 1), rtol=1e-12)
     np.testing.assert_allclose(gp, x**p * jnp.log(x), rtol=1e-12)
     # a zero base (ε underflows in float16) or a huge negative power: finite, no NaN/inf
+    val_grad = jax.jit(jax.value_and_grad(lambda y, q: jnp.sum(potential_power(y, q, 1e-9))))
     for dtype in (jnp.float16, jnp.float32):
         xs = jnp.array([0.0, 1e-9, 1.0], dtype)
         ps = jnp.array([-5.0, -50.0, 2.0], dtype)
-        val = potential_power(xs, ps, 1e-9)
-        g = jax.grad(lambda y: jnp.sum(potential_power(y, ps, 1e-9)))(xs)
+        val, g = val_grad(xs, ps)
         assert bool(jnp.all(jnp.isfinite(val))) and bool(jnp.all(jnp.isfinite(g))), dtype
 
 
@@ -284,7 +284,7 @@ def test_potential_power_tiny_base_negative_exponent():
 def test_masked_softmax_no_nan(dtype):
     s = jnp.array([[1.0, 2.0, 3.0], [1e4, -1e4, 5.0], [0.0, 0.0, 0.0]], dtype)
     allowed = jnp.array([[True, True, False], [False, True, True], [False, False, False]])
-    p = masked_softmax(s, allowed)
+    p = jax.jit(masked_softmax)(s, allowed)
     assert bool(jnp.all(jnp.isfinite(p)))
     np.testing.assert_allclose(
         np.asarray(p[0], np.float64), np.r_[jax.nn.softmax(jnp.array([1.0, 2.0])), 0], rtol=1e-2
@@ -293,7 +293,9 @@ def test_masked_softmax_no_nan(dtype):
         np.asarray(p[1], np.float64), [0, 0, 1], atol=1e-3
     )  # masked 1e4 ignored
     np.testing.assert_array_equal(np.asarray(p[2], np.float64), 0)  # no admissible key: zeros
-    g = jax.grad(lambda y: jnp.sum(masked_softmax(y, allowed) * jnp.arange(3.0, dtype=dtype)))(s)
+    g = jax.jit(
+        jax.grad(lambda y: jnp.sum(masked_softmax(y, allowed) * jnp.arange(3.0, dtype=dtype)))
+    )(s)
     assert bool(jnp.all(jnp.isfinite(g)))
     assert float(jnp.max(jnp.abs(g.astype(jnp.float64) * ~allowed))) == 0
 

@@ -66,7 +66,12 @@ def test_kv_and_kvg_freeze_the_prompts_G(model):
     assert c_kv.A.shape == (CFG.num_layers, CFG.num_heads, CFG.head_dim, CFG.head_dim)
     full = logits_of(model, jnp.concatenate([PROMPT, TOKS]), G_prompt)
     np.testing.assert_allclose(kvg[1:], full[len(PROMPT) :], rtol=1e-11, atol=1e-11)
-    # and it is not the uncached recomputation (the model has not collapsed)
+
+
+@pytest.mark.slow
+def test_uncached_decode_is_full_forward(model):
+    """`cache="none"` recomputes the sequence; it differs from KV+G for a non-collapsed model."""
+    kvg, _ = _decode(model, "kvg")
     none, _ = _decode(model, "none")
     np.testing.assert_allclose(none[0], kvg[0], rtol=1e-12, atol=1e-12)  # same prompt pass
     assert float(jnp.max(jnp.abs(none[1:] - kvg[1:]))) > 1e-4
@@ -107,17 +112,17 @@ def test_generate_greedy_compiles_once_and_matches_decode(model):
 
 def test_generate_top_p(model, getkey):
     key = getkey()
-    greedy = generate(model, PROMPT, max_new_tokens=4, cache="kv")
+    greedy = generate(model, PROMPT, max_new_tokens=4, cache="kvg")
     # a tiny nucleus keeps only the most likely token: greedy
     tiny = generate(
-        model, PROMPT, max_new_tokens=4, cache="kv", sampling="top_p", top_p=1e-6, key=key
+        model, PROMPT, max_new_tokens=4, cache="kvg", sampling="top_p", top_p=1e-6, key=key
     )
     np.testing.assert_array_equal(tiny, greedy)
     a = generate(
         model,
         PROMPT,
         max_new_tokens=4,
-        cache="kv",
+        cache="kvg",
         sampling="top_p",
         top_p=1.0,
         temperature=5.0,
@@ -127,7 +132,7 @@ def test_generate_top_p(model, getkey):
         model,
         PROMPT,
         max_new_tokens=4,
-        cache="kv",
+        cache="kvg",
         sampling="top_p",
         top_p=1.0,
         temperature=5.0,

@@ -174,6 +174,7 @@ def test_grad_finite_at_tiny_A_LM_and_negative_powers(model, dtype):
     assert float(jnp.max(jnp.abs(g.layers[0].attn.P))) >= 0  # reached
 
 
+@pytest.mark.slow  # the layer-level test in test_plga_attention.py runs by default
 def test_causal_density_model_is_causal(model):
     m = PLDRLLM(CFG.replace(causal_density=True), key=jax.random.key(1), dtype=jnp.float64)
     ref = model

@@ -4,71 +4,27 @@ Sources: Gokden, *Power law graph attention: exact generalization of scaled dot-
 attention, empirical collapse at inference* (2026); PLDR-LLM, arXiv 2410.16703 and 2502.13502.
 """
 
-from ._attention import (
-    DeductiveOutputs as DeductiveOutputs,
-)
-from ._attention import (
-    PowerLawGraphAttention as PowerLawGraphAttention,
-)
-from ._attention import (
-    masked_softmax as masked_softmax,
-)
-from ._attention import (
-    potential_power as potential_power,
-)
-from ._cache import (
-    DecodeCache as DecodeCache,
-)
-from ._cache import (
-    decode_step as decode_step,
-)
-from ._cache import (
-    generate as generate,
-)
-from ._cache import (
-    prefill as prefill,
-)
-from ._metric_learner import (
-    LayerNorm as LayerNorm,
-)
-from ._metric_learner import (
-    Linear as Linear,
-)
-from ._metric_learner import (
-    MetricLearner as MetricLearner,
-)
-from ._metric_learner import (
-    SwiGLU as SwiGLU,
-)
-from ._metric_learner import (
-    init_params as init_params,
-)
-from ._model import (
-    CONFIGS as CONFIGS,
-)
-from ._model import (
-    PLDRLLM as PLDRLLM,
-)
-from ._model import (
-    DecoderLayer as DecoderLayer,
-)
-from ._model import (
-    PLDRLLMConfig as PLDRLLMConfig,
-)
+from ._attention import DeductiveOutputs as DeductiveOutputs
+from ._attention import PowerLawGraphAttention as PowerLawGraphAttention
+from ._attention import masked_softmax as masked_softmax
+from ._attention import potential_power as potential_power
+from ._cache import DecodeCache as DecodeCache
+from ._cache import decode_step as decode_step
+from ._cache import generate as generate
+from ._cache import prefill as prefill
+from ._metric_learner import LayerNorm as LayerNorm
+from ._metric_learner import Linear as Linear
+from ._metric_learner import MetricLearner as MetricLearner
+from ._metric_learner import SwiGLU as SwiGLU
+from ._metric_learner import init_params as init_params
+from ._model import CONFIGS as CONFIGS
+from ._model import PLDRLLM as PLDRLLM
+from ._model import DecoderLayer as DecoderLayer
+from ._model import PLDRLLMConfig as PLDRLLMConfig
 from ._rope import apply_rope as apply_rope
 from ._rope import rope_angles as rope_angles
-from ._weights import (
-    from_reference as from_reference,
-)
-from ._weights import (
-    infer_config as infer_config,
-)
-from ._weights import (
-    reference_keys as reference_keys,
-)
-from ._weights import (
-    save_reference as save_reference,
-)
-from ._weights import (
-    to_reference as to_reference,
-)
+from ._weights import from_reference as from_reference
+from ._weights import infer_config as infer_config
+from ._weights import reference_keys as reference_keys
+from ._weights import save_reference as save_reference
+from ._weights import to_reference as to_reference
