@@ -1,0 +1,74 @@
+"""The regime atlas: sections produce the numbers they claim; the `jaxattn atlas --quick`
+command writes a complete report (slow)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxattn.dynamics import REGIMES
+from jaxattn.dynamics._atlas import load_g_lm, run_atlas
+from jaxattn.dynamics._sweep import REGIME_NAMES
+
+
+def test_regime_codes_match_the_regimes_enumeration():
+    for i, name in enumerate(("clustering", "rotating", "oscillation", "interior", "undetermined")):
+        assert int(REGIMES._name_to_item[name]._value) == i
+    assert len(REGIME_NAMES) == 5
+
+
+def test_g_lm_ships_with_the_package():
+    G = load_g_lm()
+    assert G.shape == (5, 14, 64, 64) and G.dtype == np.float32
+    assert 70 < np.abs(G).max() < 100
+
+
+def test_import_changes_no_jax_setting():
+    code = ("import jax; import jaxattn, jaxattn.dynamics, jaxattn.dynamics._cli_atlas; "
+            "print(jax.config.jax_enable_x64)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=dict(os.environ, JAX_ENABLE_X64="0"))
+    assert out.stdout.strip() == "False"
+
+
+def test_bifurcation_and_hamiltonian_sections(tmp_path):
+    rep = run_atlas(quick=True, out_dir=str(tmp_path), progress=False,
+                    sections=("bifurcation", "hamiltonian"))
+    folds = rep["bifurcation"]["saddle_nodes"]
+    assert [round(f["expected"]) for f in folds] == [-1, 1]
+    assert all(f["error"] < 1e-8 and f["bracket"][1] - f["bracket"][0] <= 1e-8 for f in folds)
+    osc = rep["hamiltonian"]["orbits"]["v11=0.2,v12=1.0"]
+    assert max(osc["H_relative_drift"]) < 1e-8
+    assert all(3.0 < p < 5.0 for p in osc["periods"])
+    assert all(r > 1 - 1e-6 for r in rep["hamiltonian"]["orbits"]["v11=1.0,v12=0.2"]["final_abs_R"])
+    assert rep["hamiltonian"]["case3_rotation"]["relative_error"] < 1e-5
+    for f in ("bifurcation_case4.png", "case4_phase_portrait.png"):
+        assert os.path.getsize(tmp_path / "figures" / f) > 10_000
+
+
+@pytest.mark.slow
+def test_atlas_quick_command_writes_the_report(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "jaxattn.cli", "atlas", "--quick", "--out",
+                          str(tmp_path), "--no-progress"], capture_output=True, text=True,
+                         timeout=1500)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads((tmp_path / "atlas.json").read_text())
+    md = (tmp_path / "atlas.md").read_text()
+    for section in ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm"):
+        assert section in rep
+        assert os.path.exists(rep[section]["figure"])
+        assert os.path.basename(rep[section]["figure"]) in md
+    expected = {"clustering": "convergent_clusters", "interior": "interior_convergence",
+                "rotating": "rotating_clusters", "oscillation": "oscillation"}
+    for row in rep["cases"]["rows"]:
+        for m in ("particles", "watanabe_strogatz", "ott_antonsen"):
+            assert row[m]["regime"] == expected[row["expected"]], (row["case"], m)
+    for v in rep["maps"]["maps"].values():
+        assert v["disagreement_rate"] < 0.05
+    assert rep["search"]["reached"] and rep["search"]["end_lambda_max"] >= 0
+    assert len(rep["g_lm"]["rows"]) == 28
+    assert all(r["regime"] != "undetermined" for r in rep["high_d"]["rows"])
+    assert rep["seconds"] > 0 and "Timings" in md
