@@ -232,9 +232,10 @@ def test_bad_input():
     sol = run(jnp.array([0.3 + 0j, 1.5 + 0j, complex(np.nan, 0)]))
     codes = (
         [bool(c) for c in (sol.result == RESULTS.successful)],
+        [bool(c) for c in (sol.result == RESULTS.outside_disc)],
         [bool(c) for c in (sol.result == RESULTS.nonfinite_argument)],
     )
-    assert codes == ([True, False, False], [False, True, True])
+    assert codes == ([True, False, False], [False, True, False], [False, False, True])
     assert bool(jnp.all(jnp.isnan(sol.R[1:])))
     good = solve_ott_antonsen(I2, V, 0.3, t1=1.0, ts=ts)
     assert float(jnp.max(jnp.abs(sol.R[0] - good.R))) < 1e-13

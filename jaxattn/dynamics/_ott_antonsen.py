@@ -188,9 +188,8 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
     R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
     R = jnp.where(invalid, jnp.nan, R)
     result = RESULTS.promote(sol.result)
-    # RESULTS has no dedicated code for "R0 outside the disc"; the input is rejected as an
-    # invalid argument (see the docstring of solve_ott_antonsen).
-    result = RESULTS.where(invalid, RESULTS.nonfinite_argument, result)
+    result = RESULTS.where(outside & ~bad, RESULTS.outside_disc, result)
+    result = RESULTS.where(bad, RESULTS.nonfinite_argument, result)
     overshoot = jnp.where(invalid, jnp.nan, jnp.maximum(over0, sol.solver_state[1]))
     return (
         OttAntonsenSolution(
@@ -263,9 +262,8 @@ def solve_ott_antonsen(
 
     **Raises:** `ValueError` if `A` or `V` is not 2×2, `beta` or `R0` is not a scalar, `ts`
     is not 1-d, or (concrete values) anything is non-finite or `|R0| > 1`. Under `jit`/`vmap`
-    a non-finite argument or `|R0| > 1` gives `R = NaN` and
-    `result = RESULTS.nonfinite_argument` (no dedicated code exists for "outside the disc";
-    with `throw=True` the error message names it); `max_steps` gives
+    a non-finite argument gives `R = NaN` and `result = RESULTS.nonfinite_argument`,
+    `|R0| > 1` gives `R = NaN` and `RESULTS.outside_disc`; `max_steps` gives
     `RESULTS.max_steps_reached`.
 
     Source: Ott & Antonsen, Chaos 18, 037113 (2008), eq. (11) for the Kuramoto case;

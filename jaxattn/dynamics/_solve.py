@@ -24,6 +24,11 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
 
     nonfinite_argument = "non-finite entries (NaN or inf) in A, V, beta or the initial tokens"
     zero_token = "an initial token is the zero vector and cannot be placed on the sphere"
+    outside_disc = "the initial order parameter lies outside the closed unit disc (|R0| > 1)"
+    degenerate_configuration = (
+        "degenerate initial angles for the Watanabe–Strogatz reduction: half or more of the "
+        "doubled phases coincide, so the Möbius barycentre does not exist"
+    )
     usa_overflow = (
         "USA weights exp(beta <x, A y>) exceed the floating-point range; pass score_shift "
         "(a time rescaling) to AttentionDynamics or use float64"

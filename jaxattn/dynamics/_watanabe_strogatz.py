@@ -405,9 +405,7 @@ def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps
     )
     ys = jnp.where(invalid, jnp.nan, sol.ys)
     result = RESULTS.promote(sol.result)
-    # No dedicated code for a degenerate initial set: the barycentre (a root-find) has no
-    # root inside the disc, which is what `nonlinear_max_steps_reached` says.
-    result = RESULTS.where(degenerate, RESULTS.nonlinear_max_steps_reached, result)
+    result = RESULTS.where(degenerate, RESULTS.degenerate_configuration, result)
     result = RESULTS.where(bad, RESULTS.nonfinite_argument, result)
     return WatanabeStrogatzSolution(
         ts=ts,
@@ -475,7 +473,7 @@ def solve_watanabe_strogatz(
     **Raises:** `ValueError` as `watanabe_strogatz_constants` and for `A`, `V` not 2×2 or
     non-finite (concrete). Under `jit`/`vmap`: non-finite arguments give
     `RESULTS.nonfinite_argument`, a degenerate set (no barycentre) gives
-    `RESULTS.nonlinear_max_steps_reached`, with NaN outputs; raised when `throw=True`.
+    `RESULTS.degenerate_configuration`, with NaN outputs; raised when `throw=True`.
 
     Source: Watanabe & Strogatz, Physica D 74, 197 (1994); Pikovsky & Rosenblum, PRL 101,
     264103 (2008), eqs. (7)–(8); Marvel, Mirollo & Strogatz, Chaos 19, 043104 (2009);
