@@ -164,6 +164,7 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
         invariance_audit,
         noncausality_audit,
         perron_frobenius_audit,
+        perturb_suffix,
         rank_one_audit,
         rope_commutant_residual,
     )
@@ -210,12 +211,8 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
             rope_commutant_residual(G_mean, rope=args.rope or model.config.rope)
         )
         split = prompts.shape[1] // 2
-        alt = np.array(prompts[0])
-        alt[split:] = (
-            prompts[1, split:]
-            if not np.array_equal(prompts[1, split:], prompts[0, split:])
-            else ((alt[split:] - 4 + 1) % (model.config.vocab_size - 4) + 4)
-        )
+        vocab = model.config.vocab_size
+        alt = perturb_suffix(prompts[0], split, key=jax.random.key(0), vocab_size=vocab)
         report["noncausality"] = noncausality_audit(model, prompts[0], alt, split=split)
         med = np.median(np.asarray(inv.by_rms), axis=0)
         pf_pos = report["perron_frobenius_A_LM"]["entrywise_positive"]
@@ -267,7 +264,6 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
                 title="invariance order parameter (by rms)",
                 path=out / "order_parameter.png",
             )
-    del jax
     return report
 
 
