@@ -68,7 +68,7 @@ def _scipy_member(A, V, x0, t1, rtol, atol):
     return sol
 
 
-def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk):
+def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk, small=16):
     A, V = _pairs(pairs)
     kw = dict(n=n, t1=t1, num_save=101, progress=False, rtol=1e-7, atol=1e-9)
     rows = []
@@ -87,12 +87,21 @@ def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk):
                                 chunk_size=chunk, **kw))
     add(f"particles, stiffness-grouped chunks of {chunk}, physical t1", s, pairs, r,
         "members sorted by β‖A‖‖V‖ before chunking")
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="natural", chunk_size=None, **kw))
+    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="none",
+                                chunk_size=None, **kw))
     add("particles, natural time (t1 in units of 1/(β‖A‖‖V‖))", s, pairs, r,
         "same number of own time units per member")
+    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="pilot",
+                                chunk_size=small, **kw))
+    add(f"particles, OA-pilot-grouped chunks of {small}, physical t1", s, pairs, r,
+        "members sorted by the step count of an OA pilot sweep")
     s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
-                                time_scale="physical", group="stiffness", chunk_size=chunk, **kw))
-    add(f"Watanabe–Strogatz (exact), grouped chunks of {chunk}, physical t1", s, pairs, r)
+                                time_scale="physical", group="none", chunk_size=None, **kw))
+    add("Watanabe–Strogatz (exact), plain vmap, physical t1", s, pairs, r)
+    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
+                                time_scale="physical", group="pilot", chunk_size=small, **kw))
+    add(f"Watanabe–Strogatz (exact), OA-pilot-grouped chunks of {small}, physical t1", s,
+        pairs, r)
     s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="ott_antonsen", time_scale="physical",
                                 group="stiffness", chunk_size=chunk, **kw))
     add(f"Ott–Antonsen, grouped chunks of {chunk}, physical t1", s, pairs, r)
@@ -173,7 +182,7 @@ def bench_devices(pairs, n, counts=(1, 2, 8)):
     return rows
 
 
-def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096)):
+def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096), checkpoints=None):
     key = jax.random.key(0)
     x0 = sample_uniform(key, n, d)
     A = jax.random.normal(jax.random.key(1), (d, d)) / np.sqrt(d)
@@ -184,7 +193,7 @@ def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096)):
         def loss(A, m=m):
             tr = simulate(AttentionDynamics(A, V), x0, t1=t1, ts=ts, max_steps=m,
                           rtol=1e-6, atol=1e-8, throw=False,
-                          adjoint=diffrax.RecursiveCheckpointAdjoint())
+                          adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints))
             C = jnp.einsum("tnd,tne->tde", tr.xs, tr.xs) / n
             return jnp.mean(C**2)
 
@@ -196,7 +205,7 @@ def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096)):
                                                        "output_size_in_bytes"))
         t = time.perf_counter()
         jax.block_until_ready(compiled(A))
-        rows.append(dict(max_steps=m, temp_bytes=temp, total_bytes=total,
+        rows.append(dict(max_steps=m, checkpoints=checkpoints, temp_bytes=temp, total_bytes=total,
                          seconds=time.perf_counter() - t, state_bytes=n * d * 8))
     rows[-1]["growth_vs_first"] = rows[-1]["total_bytes"] / rows[0]["total_bytes"]
     return rows
@@ -240,10 +249,13 @@ def main(*, quick=False, pairs=512, n=256, t1=50.0, out_dir="bench_out", n_reduc
         _table(report["devices_scaling"], [lambda r: str(r["devices"]), lambda r: f"{r['members_per_s']:.1f}"],
                ["devices", "members/s"])
     print("\n== 4. memory of jax.grad through a solve (n = 256, d = 64, t1 = 100)")
-    report["memory"] = bench_memory()
-    _table(report["memory"], [lambda r: str(r["max_steps"]), lambda r: f"{r['total_bytes'] / 2**20:.1f} MiB",
-                              lambda r: f"{r['seconds']:.2f} s"], ["max_steps", "compiled buffers", "grad time"])
-    print(f"growth for 4× max_steps: {report['memory'][-1]['growth_vs_first']:.2f}×")
+    report["memory"] = bench_memory() + bench_memory(checkpoints=32)
+    _table(report["memory"], [lambda r: str(r["max_steps"]),
+                              lambda r: "log(max_steps) (default)" if r["checkpoints"] is None else str(r["checkpoints"]),
+                              lambda r: f"{r['total_bytes'] / 2**20:.1f} MiB",
+                              lambda r: f"{r['seconds']:.2f} s",
+                              lambda r: f"{r['growth_vs_first']:.2f}×" if "growth_vs_first" in r else ""],
+           ["max_steps", "checkpoints", "compiled buffers", "grad time", "growth (4× steps)"])
     with open(os.path.join(out_dir, "bench_sweep.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report
