@@ -27,16 +27,24 @@ def test_g_lm_ships_with_the_package():
 
 
 def test_import_changes_no_jax_setting():
-    code = ("import jax; import jaxattn, jaxattn.dynamics, jaxattn.dynamics._cli_atlas; "
-            "print(jax.config.jax_enable_x64)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=dict(os.environ, JAX_ENABLE_X64="0"))
+    code = (
+        "import jax; import jaxattn, jaxattn.dynamics, jaxattn.dynamics._cli_atlas; "
+        "print(jax.config.jax_enable_x64)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, JAX_ENABLE_X64="0"),
+    )
     assert out.stdout.strip() == "False"
 
 
 def test_bifurcation_and_hamiltonian_sections(tmp_path):
-    rep = run_atlas(quick=True, out_dir=str(tmp_path), progress=False,
-                    sections=("bifurcation", "hamiltonian"))
+    rep = run_atlas(
+        quick=True, out_dir=str(tmp_path), progress=False, sections=("bifurcation", "hamiltonian")
+    )
     folds = rep["bifurcation"]["saddle_nodes"]
     assert [round(f["expected"]) for f in folds] == [-1, 1]
     assert all(f["error"] < 1e-8 and f["bracket"][1] - f["bracket"][0] <= 1e-8 for f in folds)
@@ -51,9 +59,21 @@ def test_bifurcation_and_hamiltonian_sections(tmp_path):
 
 @pytest.mark.slow
 def test_atlas_quick_command_writes_the_report(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "jaxattn.cli", "atlas", "--quick", "--out",
-                          str(tmp_path), "--no-progress"], capture_output=True, text=True,
-                         timeout=1500)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxattn.cli",
+            "atlas",
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads((tmp_path / "atlas.json").read_text())
     md = (tmp_path / "atlas.md").read_text()
@@ -61,8 +81,12 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
         assert section in rep
         assert os.path.exists(rep[section]["figure"])
         assert os.path.basename(rep[section]["figure"]) in md
-    expected = {"clustering": "convergent_clusters", "interior": "interior_convergence",
-                "rotating": "rotating_clusters", "oscillation": "oscillation"}
+    expected = {
+        "clustering": "convergent_clusters",
+        "interior": "interior_convergence",
+        "rotating": "rotating_clusters",
+        "oscillation": "oscillation",
+    }
     for row in rep["cases"]["rows"]:
         for m in ("particles", "watanabe_strogatz", "ott_antonsen"):
             assert row[m]["regime"] == expected[row["expected"]], (row["case"], m)

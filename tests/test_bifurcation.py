@@ -97,7 +97,13 @@ def test_case3_rotation_rate_matches_circle_integral():
     assert abs(theory - 2 * np.sqrt(2)) < 1e-9  # g(ψ) has mean-inverse 1/(2√2)
     ts = jnp.linspace(0.0, 100.0, 10001)
     R, res, _ = solve_ott_antonsen_batchable(
-        jnp.asarray(A), jnp.asarray(V), 1.0, 0.1 + 0j, ts, rtol=1e-11, atol=1e-13,
+        jnp.asarray(A),
+        jnp.asarray(V),
+        1.0,
+        0.1 + 0j,
+        ts,
+        rtol=1e-11,
+        atol=1e-13,
         max_steps=100000,
     )
     assert int(res) == 0

@@ -16,8 +16,9 @@ def test_regimes_notebook_runs_in_quick_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("JAXATTN_QUICK", "1")
     monkeypatch.setenv("JAXATTN_NOTEBOOK_OUT", str(tmp_path))
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=900, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["quick"] is True
     assert res["cases"]["case3-rotating"]["watanabe_strogatz"] == "rotating_clusters"

@@ -30,23 +30,32 @@ def test_gradient_matches_central_differences():
 
 
 def test_vmap_grad_equals_loop_of_grad():
-    Vs = jnp.stack([
-        jnp.array([[0.3, 0.8], [-0.6, -0.2]]),
-        jnp.array([[1.0, 0.1], [0.1, -0.5]]),
-        jnp.array([[-1.0, 0.0], [0.0, -0.4]]),
-    ])
+    Vs = jnp.stack(
+        [
+            jnp.array([[0.3, 0.8], [-0.6, -0.2]]),
+            jnp.array([[1.0, 0.1], [0.1, -0.5]]),
+            jnp.array([[-1.0, 0.0], [0.0, -0.4]]),
+        ]
+    )
     grad = eqx.filter_jit(jax.grad(_score))
     batched = eqx.filter_jit(jax.vmap(jax.grad(_score)))(Vs)
     for k in range(3):
-        np.testing.assert_allclose(np.asarray(batched[k]), np.asarray(grad(Vs[k])),
-                                   rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(batched[k]), np.asarray(grad(Vs[k])), rtol=1e-9, atol=1e-12
+        )
 
 
 def test_search_crosses_the_case2_boundary():
     # A = I, V = diag(l1, l2): clustering iff max(l) >= 0 (Case 2). Start inside the
     # no-clustering region and climb the order score.
-    res = regime_search(jnp.array([-1.0, -0.5]), lambda p: (jnp.eye(2), jnp.diag(p)),
-                        target="clustering", learning_rate=0.1, max_iters=40, threshold=0.9)
+    res = regime_search(
+        jnp.array([-1.0, -0.5]),
+        lambda p: (jnp.eye(2), jnp.diag(p)),
+        target="clustering",
+        learning_rate=0.1,
+        max_iters=40,
+        threshold=0.9,
+    )
     assert res.reached
     assert res.history["score"][0] < 0.5 <= 0.9 <= res.history["score"][-1]
     lam_max = float(jnp.max(res.params))

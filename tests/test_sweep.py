@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.dynamics import _sweep as sw
 from jaxattn.dynamics import AttentionDynamics, simulate
+from jaxattn.dynamics import _sweep as sw
 from jaxattn.dynamics._sweep import REGIME_NAMES, sweep
 
 I2 = np.eye(2)
@@ -84,21 +84,50 @@ def test_sweep_member_equals_direct_simulate(three_methods):
 def test_compiles_once_per_shape():
     A = np.stack([I2 * (1 + 0.1 * k) for k in range(6)])
     before = sw.num_traces()
-    res = sweep(A, I2, 1.0, 0, method="ott_antonsen", chunk_size=2, n=8, t1=20.0,
-                num_save=41, progress=False)
+    res = sweep(
+        A,
+        I2,
+        1.0,
+        0,
+        method="ott_antonsen",
+        chunk_size=2,
+        n=8,
+        t1=20.0,
+        num_save=41,
+        progress=False,
+    )
     assert res.chunks_computed == 3
     assert sw.num_traces() - before == 1
     # Same shape and options again: no new trace.
-    sweep(A + 0.01, I2, 1.0, 0, method="ott_antonsen", chunk_size=2, n=8, t1=20.0,
-          num_save=41, progress=False)
+    sweep(
+        A + 0.01,
+        I2,
+        1.0,
+        0,
+        method="ott_antonsen",
+        chunk_size=2,
+        n=8,
+        t1=20.0,
+        num_save=41,
+        progress=False,
+    )
     assert sw.num_traces() - before == 1
 
 
 def test_cartesian_batching():
     A = np.stack([I2, 2 * I2])
     V = np.stack([I2, case4(0.3, 1.0), -I2])
-    res = sweep(A, V, [1.0, 0.5], [0, 1], batching="cartesian", method="ott_antonsen",
-                t1=50.0, num_save=101, progress=False)
+    res = sweep(
+        A,
+        V,
+        [1.0, 0.5],
+        [0, 1],
+        batching="cartesian",
+        method="ott_antonsen",
+        t1=50.0,
+        num_save=101,
+        progress=False,
+    )
     assert res.shape == (2, 3, 2, 2)
     reg = res.reshape("regime")
     assert np.all(reg[:, 0] == 0)  # V = I, A = cI: clustering everywhere
@@ -111,8 +140,14 @@ def test_failing_member_is_flagged_and_others_unchanged():
     A = np.stack([I2, I2, 300 * I2, I2])
     A[1, 0, 0] = np.nan
     V = np.stack([case4(0.3, 1.0), I2, I2, I2 + J2])
-    kw = dict(method="ott_antonsen", time_scale="physical", t1=20.0, num_save=41,
-              max_steps=400, progress=False)
+    kw = dict(
+        method="ott_antonsen",
+        time_scale="physical",
+        t1=20.0,
+        num_save=41,
+        max_steps=400,
+        progress=False,
+    )
     res = sweep(A, V, 1.0, [0, 1, 2, 3], **kw)
     assert res.failed.tolist() == [False, True, True, False]
     fails = res.failures()
@@ -142,8 +177,15 @@ def test_interrupted_sweep_resumes_and_loses_nothing(tmp_path):
     summary = json.loads((tmp_path / "chunk_00001.json").read_text())
     assert summary["members"] == [2, 3] and sum(summary["regime_counts"].values()) == 2
     seen = []
-    res = sweep(A, V, 1.0, np.arange(6), out_dir=tmp_path,
-                on_chunk=lambda c, info: seen.append(info["computed"]), **kw)
+    res = sweep(
+        A,
+        V,
+        1.0,
+        np.arange(6),
+        out_dir=tmp_path,
+        on_chunk=lambda c, info: seen.append(info["computed"]),
+        **kw,
+    )
     assert seen == [False, False, True]
     assert res.chunks_loaded == 2 and res.chunks_computed == 1
     for k in ("regime", "R2", "order_final", "period", "result"):
@@ -179,10 +221,17 @@ _SHARDED = textwrap.dedent(
 
 
 def _run_sharded(ndev, method):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={ndev}",
-               JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", _SHARDED, method], env=env,
-                         capture_output=True, text=True, timeout=600, check=True)
+    env = dict(
+        os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={ndev}", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", _SHARDED, method],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

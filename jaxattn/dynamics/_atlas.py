@@ -74,10 +74,38 @@ class AtlasConfig:
     @classmethod
     def make(cls, quick: bool):
         if quick:
-            return cls(True, 256, 100.0, 16, 200, 100, 150.0, (0, 4), tuple(range(14)), 64,
-                       150.0, "float32", 1e-5, 40)
-        return cls(False, 2048, 200.0, 64, 200, 100, 400.0, tuple(range(5)), tuple(range(14)),
-                   256, 400.0, "float64", 1e-7, 100)
+            return cls(
+                True,
+                256,
+                100.0,
+                16,
+                200,
+                100,
+                150.0,
+                (0, 4),
+                tuple(range(14)),
+                64,
+                150.0,
+                "float32",
+                1e-5,
+                40,
+            )
+        return cls(
+            False,
+            2048,
+            200.0,
+            64,
+            200,
+            100,
+            400.0,
+            tuple(range(5)),
+            tuple(range(14)),
+            256,
+            400.0,
+            "float64",
+            1e-7,
+            100,
+        )
 
 
 def load_g_lm() -> np.ndarray:
@@ -141,12 +169,27 @@ def _section_cases(cfg, out, prog_bar):
     V = np.stack([p.V for p in presets])
     res = {}
     for m in ("particles", "watanabe_strogatz", "ott_antonsen"):
-        res[m] = sweep(A, V, 1.0, 7, method=m, n=cfg.n_2d, t1=cfg.t1_2d, num_save=401,
-                       progress=prog_bar, dtype=np.float64)
+        res[m] = sweep(
+            A,
+            V,
+            1.0,
+            7,
+            method=m,
+            n=cfg.n_2d,
+            t1=cfg.t1_2d,
+            num_save=401,
+            progress=prog_bar,
+            dtype=np.float64,
+        )
     rows, figs = [], []
     for i, p in enumerate(presets):
-        row = dict(case=p.name, description=p.description, A=p.A.tolist(), V=p.V.tolist(),
-                   expected=p.expected)
+        row = dict(
+            case=p.name,
+            description=p.description,
+            A=p.A.tolist(),
+            V=p.V.tolist(),
+            expected=p.expected,
+        )
         fig = dict(title=p.name)
         for m, r in res.items():
             row[m] = dict(
@@ -193,24 +236,63 @@ def _map_slices(g):
     Dn = tt * tt / 4 + 1 + tt
     keep = (Dn >= -3) & (Dn <= 3)
     bnd.append((tt[keep], Dn[keep]))
-    slices.append(dict(key="case1_trA_detA", title="Case 1: V = I, A = [[t/2, 1], [t²/4 − D, t/2]]",
-                       x=trs, y=dets, xlabel="tr A", ylabel="det A", A=A, V=V,
-                       criterion=case1_criterion, boundaries=bnd))
+    slices.append(
+        dict(
+            key="case1_trA_detA",
+            title="Case 1: V = I, A = [[t/2, 1], [t²/4 − D, t/2]]",
+            x=trs,
+            y=dets,
+            xlabel="tr A",
+            ylabel="det A",
+            A=A,
+            V=V,
+            criterion=case1_criterion,
+            boundaries=bnd,
+        )
+    )
     # (b) Case 2: eigenvalues of symmetric V at A = I (eigenvectors rotated by 0.4 rad).
     Q = _rot(0.4)
     V = np.stack([Q @ np.diag([l1, l2]) @ Q.T for l2 in xs for l1 in xs])
     A = np.stack([_I2] * len(V))
-    bnd = [(np.array([0.0, 0.0]), np.array([-2.0, 0.0])), (np.array([-2.0, 0.0]), np.array([0.0, 0.0]))]
-    slices.append(dict(key="case2_eigenvalues_V", title="Case 2: A = I, V = Q diag(λ₁, λ₂) Qᵀ",
-                       x=xs, y=xs, xlabel="λ₁", ylabel="λ₂", A=A, V=V,
-                       criterion=case2_criterion, boundaries=bnd))
+    bnd = [
+        (np.array([0.0, 0.0]), np.array([-2.0, 0.0])),
+        (np.array([-2.0, 0.0]), np.array([0.0, 0.0])),
+    ]
+    slices.append(
+        dict(
+            key="case2_eigenvalues_V",
+            title="Case 2: A = I, V = Q diag(λ₁, λ₂) Qᵀ",
+            x=xs,
+            y=xs,
+            xlabel="λ₁",
+            ylabel="λ₂",
+            A=A,
+            V=V,
+            criterion=case2_criterion,
+            boundaries=bnd,
+        )
+    )
     # (c) Case 4: entries of V = [[v11, v12], [−v12, −v11]] at A = I.
     V = np.stack([np.array([[a, b], [-b, -a]]) for b in xs for a in xs])
     A = np.stack([_I2] * len(V))
-    bnd = [(np.array([-2.0, 2.0]), np.array([-2.0, 2.0])), (np.array([-2.0, 2.0]), np.array([2.0, -2.0]))]
-    slices.append(dict(key="case4_entries_V", title="Case 4: A = I, V = [[v11, v12], [−v12, −v11]]",
-                       x=xs, y=xs, xlabel="v11", ylabel="v12", A=A, V=V,
-                       criterion=case4_criterion, boundaries=bnd))
+    bnd = [
+        (np.array([-2.0, 2.0]), np.array([-2.0, 2.0])),
+        (np.array([-2.0, 2.0]), np.array([2.0, -2.0])),
+    ]
+    slices.append(
+        dict(
+            key="case4_entries_V",
+            title="Case 4: A = I, V = [[v11, v12], [−v12, −v11]]",
+            x=xs,
+            y=xs,
+            xlabel="v11",
+            ylabel="v12",
+            A=A,
+            V=V,
+            criterion=case4_criterion,
+            boundaries=bnd,
+        )
+    )
     return slices
 
 
@@ -218,8 +300,19 @@ def _section_maps(cfg, out, prog_bar):
     g = cfg.map_grid
     maps, numbers = [], {}
     for s in _map_slices(g):
-        r = sweep(s["A"], s["V"], 1.0, 11, method="ott_antonsen", t1=cfg.t1_2d, num_save=401,
-                  chunk_size=g * g, progress=prog_bar, dtype=np.float64, max_steps=65536)
+        r = sweep(
+            s["A"],
+            s["V"],
+            1.0,
+            11,
+            method="ott_antonsen",
+            t1=cfg.t1_2d,
+            num_save=401,
+            chunk_size=g * g,
+            progress=prog_bar,
+            dtype=np.float64,
+            max_steps=65536,
+        )
         measured = r.regime.reshape(g, g)
         predicted = [_theory_code(s["criterion"](a, v)) for a, v in zip(s["A"], s["V"])]
         claims = np.array([p is not None for p in predicted]).reshape(g, g)
@@ -245,9 +338,18 @@ def _section_maps(cfg, out, prog_bar):
             failed=int(r.failed.sum()),
             seconds=r.seconds,
         )
-        maps.append(dict(title=s["title"], x=s["x"], y=s["y"], measured=measured,
-                         disagree=disagree, boundaries=s["boundaries"], xlabel=s["xlabel"],
-                         ylabel=s["ylabel"]))
+        maps.append(
+            dict(
+                title=s["title"],
+                x=s["x"],
+                y=s["y"],
+                measured=measured,
+                disagree=disagree,
+                boundaries=s["boundaries"],
+                xlabel=s["xlabel"],
+                ylabel=s["ylabel"],
+            )
+        )
     from ..plot._atlas import plot_regime_maps
 
     path = plot_regime_maps(maps, os.path.join(out, "figures", "regime_maps.png"))
@@ -270,20 +372,44 @@ def _section_bifurcation(cfg, out, prog_bar):
     g = cfg.map_grid
     p_orbit = np.linspace(-2.0, 2.0, g * g)
     V = np.stack([fam(p)[1] for p in p_orbit])
-    r = sweep(np.stack([_I2] * len(V)), V, 1.0, 11, method="ott_antonsen", t1=cfg.t1_2d,
-              num_save=401, chunk_size=g * g, progress=prog_bar, dtype=np.float64,
-              max_steps=65536)
+    r = sweep(
+        np.stack([_I2] * len(V)),
+        V,
+        1.0,
+        11,
+        method="ott_antonsen",
+        t1=cfg.t1_2d,
+        num_save=401,
+        chunk_size=g * g,
+        progress=prog_bar,
+        dtype=np.float64,
+        max_steps=65536,
+    )
     late = r.R2[:, 200:]
     lo, hi = np.min(late.imag, 1), np.max(late.imag, 1)
     folds = []
     for a, b in ((-1.5, -0.5), (0.5, 1.5)):
         p, (plo, phi), it = saddle_node_on_circle(fam, a, b, tol=1e-8)
-        folds.append(dict(value=p, bracket=[plo, phi], iterations=it,
-                          expected=float(np.sign(p)), error=abs(p - np.sign(p))))
+        folds.append(
+            dict(
+                value=p,
+                bracket=[plo, phi],
+                iterations=it,
+                expected=float(np.sign(p)),
+                error=abs(p - np.sign(p)),
+            )
+        )
     counts = [int(fp.on_circle.sum()) for fp in fps]
-    diagram = dict(p=ps, fixed=fixed, p_orbit=p_orbit, orbit_lo=lo, orbit_hi=hi,
-                   folds=[f["value"] for f in folds], xlabel="v11 (v12 = 1, A = I)",
-                   title="Case 4 family: fixed points, orbit range, saddle-nodes (dashed)")
+    diagram = dict(
+        p=ps,
+        fixed=fixed,
+        p_orbit=p_orbit,
+        orbit_lo=lo,
+        orbit_hi=hi,
+        folds=[f["value"] for f in folds],
+        xlabel="v11 (v12 = 1, A = I)",
+        title="Case 4 family: fixed points, orbit range, saddle-nodes (dashed)",
+    )
     from ..plot._atlas import plot_bifurcation
 
     path = plot_bifurcation(diagram, os.path.join(out, "figures", "bifurcation_case4.png"))
@@ -291,7 +417,9 @@ def _section_bifurcation(cfg, out, prog_bar):
         family="A = I, V = [[v11, 1], [-1, -v11]]",
         saddle_nodes=folds,
         circle_equilibria_along_path=dict(p=ps.tolist(), count=counts),
-        regimes_along_path={name: int(np.sum(r.regime == i)) for i, name in enumerate(REGIME_NAMES)},
+        regimes_along_path={
+            name: int(np.sum(r.regime == i)) for i, name in enumerate(REGIME_NAMES)
+        },
         figure=path,
     )
 
@@ -299,8 +427,9 @@ def _section_bifurcation(cfg, out, prog_bar):
 @eqx.filter_jit
 def _oa_orbits(A, V, R0s, ts):
     return jax.vmap(
-        lambda R0: solve_ott_antonsen_batchable(A, V, jnp.asarray(1.0, A.dtype), R0, ts,
-                                                rtol=1e-11, atol=1e-13, max_steps=1 << 18)
+        lambda R0: solve_ott_antonsen_batchable(
+            A, V, jnp.asarray(1.0, A.dtype), R0, ts, rtol=1e-11, atol=1e-13, max_steps=1 << 18
+        )
     )(R0s)
 
 
@@ -323,8 +452,11 @@ def _section_hamiltonian(cfg, out):
             for h, f in zip(H, finite)
         ]
         key = f"v11={v11},v12={v12}"
-        entry = dict(H_relative_drift=drift, final_abs_R=np.abs(R[:, -1]).tolist(),
-                     results=np.asarray(res).tolist())
+        entry = dict(
+            H_relative_drift=drift,
+            final_abs_R=np.abs(R[:, -1]).tolist(),
+            results=np.asarray(res).tolist(),
+        )
         if abs(v11) < abs(v12):
             Rc, ev = case4_centre(v11, v12)
             entry["centre"] = [float(np.real(Rc)), float(np.imag(Rc))]
@@ -332,10 +464,14 @@ def _section_hamiltonian(cfg, out):
             entry["periods"] = [measured_period(np.asarray(ts), Ri) for Ri in R]
         numbers[key] = entry
         Hg = np.where(inside, np.asarray(case4_hamiltonian(X + 1j * Y, v11, v12)), np.nan)
-        portraits.append(dict(
-            title=f"v11 = {v11}, v12 = {v12}: "
-            + ("closed orbits" if abs(v11) < abs(v12) else "clustering"),
-            grid=(X, Y, Hg), orbits=list(R)))
+        portraits.append(
+            dict(
+                title=f"v11 = {v11}, v12 = {v12}: "
+                + ("closed orbits" if abs(v11) < abs(v12) else "clustering"),
+                grid=(X, Y, Hg),
+                orbits=list(R),
+            )
+        )
     from ..plot._atlas import plot_phase_portrait
 
     path = plot_phase_portrait(portraits, os.path.join(out, "figures", "case4_phase_portrait.png"))
@@ -350,8 +486,9 @@ def _section_hamiltonian(cfg, out):
         hamiltonian="H(R) = (2 v11 Im R + v12 (1 + |R|^2)) / (1 - |R|^2)^2, "
         "integrating factor (1 - |R|^2)^-3",
         orbits=numbers,
-        case3_rotation=dict(measured=measured, theory=theory,
-                            relative_error=abs(measured - theory) / theory),
+        case3_rotation=dict(
+            measured=measured, theory=theory, relative_error=abs(measured - theory) / theory
+        ),
         figure=path,
     )
 
@@ -364,49 +501,101 @@ def _section_high_d(cfg, out, prog_bar):
     dtype = np.dtype(cfg.high_dtype)
     rows, runs, timing = [], [], {}
     for kernel in ("lsa", "usa"):
-        r = sweep(A, V, 1.0, 5, method="particles", kernel=kernel, n=cfg.n_high, t1=cfg.t1_high,
-                  num_save=201, init="uniform", chunk_size=1, progress=prog_bar, dtype=dtype,
-                  rtol=cfg.high_rtol, atol=cfg.high_rtol * 1e-2,
-                  score_shift="auto" if kernel == "usa" else 0.0)
+        r = sweep(
+            A,
+            V,
+            1.0,
+            5,
+            method="particles",
+            kernel=kernel,
+            n=cfg.n_high,
+            t1=cfg.t1_high,
+            num_save=201,
+            init="uniform",
+            chunk_size=1,
+            progress=prog_bar,
+            dtype=dtype,
+            rtol=cfg.high_rtol,
+            atol=cfg.high_rtol * 1e-2,
+            score_shift="auto" if kernel == "usa" else 0.0,
+        )
         timing[kernel] = dict(seconds=r.seconds, members=len(names))
         for i, k in enumerate(names):
-            rows.append(dict(case=k, kernel=kernel, d2_expected=PRESETS[k].expected,
-                             regime=_label(r.regime[i]), order_final=float(r.order_final[i]),
-                             phase_velocity=float(r.phase_velocity[i]),
-                             period=float(r.period[i]), num_steps=int(r.num_steps[i]),
-                             failed=bool(r.failed[i])))
+            rows.append(
+                dict(
+                    case=k,
+                    kernel=kernel,
+                    d2_expected=PRESETS[k].expected,
+                    regime=_label(r.regime[i]),
+                    order_final=float(r.order_final[i]),
+                    phase_velocity=float(r.phase_velocity[i]),
+                    period=float(r.period[i]),
+                    num_steps=int(r.num_steps[i]),
+                    failed=bool(r.failed[i]),
+                )
+            )
             runs.append(dict(title=f"{k} ({kernel.upper()})", ts=r.ts[i], order=r.order[i]))
     from ..plot._atlas import plot_high_d
 
     path = plot_high_d(runs, os.path.join(out, "figures", "high_d.png"))
-    return dict(d=d, n=cfg.n_high, t1_natural=cfg.t1_high, dtype=cfg.high_dtype,
-                embedding="A = I_{d/2} ⊗ A₂, V = I_{d/2} ⊗ V₂", rows=rows, timing=timing,
-                figure=path)
+    return dict(
+        d=d,
+        n=cfg.n_high,
+        t1_natural=cfg.t1_high,
+        dtype=cfg.high_dtype,
+        embedding="A = I_{d/2} ⊗ A₂, V = I_{d/2} ⊗ V₂",
+        rows=rows,
+        timing=timing,
+        figure=path,
+    )
 
 
 def _section_search(cfg, out, case2_map):
     # Start inside the no-clustering region of Case 2 and climb the order score.
     start = jnp.array([-1.0, -0.5], jnp.float64)
-    res = regime_search(start, lambda p: (jnp.eye(2, dtype=p.dtype), jnp.diag(p)),
-                        target="clustering", learning_rate=0.1, max_iters=cfg.search_iters,
-                        threshold=0.99, t1=40.0)
+    res = regime_search(
+        start,
+        lambda p: (jnp.eye(2, dtype=p.dtype), jnp.diag(p)),
+        target="clustering",
+        learning_rate=0.1,
+        max_iters=cfg.search_iters,
+        threshold=0.99,
+        t1=40.0,
+    )
     path_pts = np.asarray(res.history["params"])
     final = np.asarray(res.params)
     pts = np.concatenate([path_pts, final[None]], 0)
     from ..plot._atlas import plot_search
 
-    fig = plot_search(dict(path=pts, score=res.history["score"], threshold=0.99, map=case2_map),
-                      os.path.join(out, "figures", "gradient_search.png"))
+    fig = plot_search(
+        dict(path=pts, score=res.history["score"], threshold=0.99, map=case2_map),
+        os.path.join(out, "figures", "gradient_search.png"),
+    )
     # The regime of the end point, from a fresh sweep member (OA), and theory.
     lam = final
-    verdict = sweep(np.eye(2), np.diag(lam), 1.0, 0, method="ott_antonsen", t1=400.0,
-                    num_save=401, progress=False, dtype=np.float64)
+    verdict = sweep(
+        np.eye(2),
+        np.diag(lam),
+        1.0,
+        0,
+        method="ott_antonsen",
+        t1=400.0,
+        num_save=401,
+        progress=False,
+        dtype=np.float64,
+    )
     return dict(
         parametrisation="A = I, V = diag(λ₁, λ₂); score = ⟨|R₂|⟩ over t ∈ [20, 40] (OA)",
-        start=start.tolist(), end=final.tolist(), steps=res.steps, reached=bool(res.reached),
-        score_start=float(res.history["score"][0]), score_end=float(res.history["score"][-1]),
-        end_lambda_max=float(np.max(final)), theory_boundary="λ_max(V) = 0",
-        end_regime=_label(verdict.regime[0]), figure=fig,
+        start=start.tolist(),
+        end=final.tolist(),
+        steps=res.steps,
+        reached=bool(res.reached),
+        score_start=float(res.history["score"][0]),
+        score_end=float(res.history["score"][-1]),
+        end_lambda_max=float(np.max(final)),
+        theory_boundary="λ_max(V) = 0",
+        end_regime=_label(verdict.regime[0]),
+        figure=fig,
     )
 
 
@@ -417,14 +606,30 @@ def _section_glm(cfg, out, prog_bar):
     beta = 1.0 / np.sqrt(64.0)
     dtype = np.dtype(cfg.high_dtype)
     sig = np.linalg.norm(As, 2, axis=(1, 2))
-    out_rows = [dict(layer=int(li), head=int(h), sigma_max=float(s), max_score=float(beta * s))
-                for (li, h), s in zip([(li, h) for li in L for h in Hh], sig)]
+    out_rows = [
+        dict(layer=int(li), head=int(h), sigma_max=float(s), max_score=float(beta * s))
+        for (li, h), s in zip([(li, h) for li in L for h in Hh], sig)
+    ]
     timing = {}
     for kernel in ("lsa", "usa"):
-        r = sweep(As.astype(dtype), np.eye(64, dtype=dtype), beta, 3, method="particles",
-                  kernel=kernel, n=cfg.glm_n, t1=cfg.glm_t1, num_save=201, init="uniform",
-                  chunk_size=7, progress=prog_bar, dtype=dtype, rtol=cfg.high_rtol,
-                  atol=cfg.high_rtol * 1e-2, score_shift="auto" if kernel == "usa" else 0.0)
+        r = sweep(
+            As.astype(dtype),
+            np.eye(64, dtype=dtype),
+            beta,
+            3,
+            method="particles",
+            kernel=kernel,
+            n=cfg.glm_n,
+            t1=cfg.glm_t1,
+            num_save=201,
+            init="uniform",
+            chunk_size=7,
+            progress=prog_bar,
+            dtype=dtype,
+            rtol=cfg.high_rtol,
+            atol=cfg.high_rtol * 1e-2,
+            score_shift="auto" if kernel == "usa" else 0.0,
+        )
         timing[kernel] = dict(seconds=r.seconds, members=len(As))
         for i, row in enumerate(out_rows):
             row[kernel] = int(r.regime[i])
@@ -435,11 +640,19 @@ def _section_glm(cfg, out, prog_bar):
     from ..plot._atlas import plot_glm
 
     path = plot_glm(out_rows, os.path.join(out, "figures", "g_lm_heads.png"))
-    counts = {k: {name: sum(1 for r in out_rows if r[k] == i) for i, name in enumerate(REGIME_NAMES)}
-              for k in ("lsa", "usa")}
+    counts = {
+        k: {name: sum(1 for r in out_rows if r[k] == i) for i, name in enumerate(REGIME_NAMES)}
+        for k in ("lsa", "usa")
+    }
     return dict(
-        source="jaxattn/data/pldr_v51_110m_1_G_LM.npz (PLDR-LLM v51-110M-1, Apache-2.0, see NOTICE.md)",
-        layers=list(L), heads=list(Hh), d=64, n=cfg.glm_n, beta=beta, V="I",
+        source="jaxattn/data/pldr_v51_110m_1_G_LM.npz (PLDR-LLM v51-110M-1, Apache-2.0, "
+        "see NOTICE.md)",
+        layers=list(L),
+        heads=list(Hh),
+        d=64,
+        n=cfg.glm_n,
+        beta=beta,
+        V="I",
         dtype=cfg.high_dtype,
         usa_handling="On the unit sphere every score is at most β σ_max(G_LM) (listed per head); "
         "USA runs pass score_shift='auto' (per head the smallest time-rescaling shift with "
@@ -447,7 +660,10 @@ def _section_glm(cfg, out, prog_bar):
         "drive as its time unit. Scores of ~90 arise in the model on unnormalised "
         "activations, not for tokens on the sphere",
         max_score_on_sphere=float(np.max(beta * sig)),
-        rows=out_rows, counts=counts, timing=timing, figure=path,
+        rows=out_rows,
+        counts=counts,
+        timing=timing,
+        figure=path,
     )
 
 
@@ -469,96 +685,139 @@ def _write_markdown(report, out):
     w = lines.append
     cfg = report["config"]
     w("# jaxattn regime atlas\n")
-    w(f"Mode: **{'quick' if cfg['quick'] else 'full'}** · total time **{report['seconds']:.1f} s** · "
-      f"devices: {report['environment']['devices']} · jax {report['environment']['jax']} · "
-      f"written {report['environment']['date']}\n")
-    w("Every number below is measured by this run and stored in `atlas.json`. Regimes: Type 1 "
-      "convergent antipodal clusters, Type 2 rotating clusters, Type 3 oscillation, convergence "
-      "without clustering (interior), undetermined. Regime thresholds are applied in each "
-      "member's natural time unit (t·β‖A‖‖V‖ for LSA).\n")
+    w(
+        f"Mode: **{'quick' if cfg['quick'] else 'full'}** · "
+        f"total time **{report['seconds']:.1f} s** · "
+        f"devices: {report['environment']['devices']} · jax {report['environment']['jax']} · "
+        f"written {report['environment']['date']}\n"
+    )
+    w(
+        "Every number below is measured by this run and stored in `atlas.json`. Regimes: Type 1 "
+        "convergent antipodal clusters, Type 2 rotating clusters, Type 3 oscillation, convergence "
+        "without clustering (interior), undetermined. Regime thresholds are applied in each "
+        "member's natural time unit (t·β‖A‖‖V‖ for LSA).\n"
+    )
     s = report["cases"]
     w("## 1. The four cases in d = 2 (particles, Watanabe–Strogatz, Ott–Antonsen)\n")
-    w(f"n = {s['n']} particles from a wrapped-Cauchy sample with |R₂(0)| ≈ 0.1; horizon "
-      f"{s['t1_natural']} natural time units.\n")
-    w("| case | expected | particles | WS | OA | final abs R₂ (particles) | d arg R₂/dt | period | max abs(R₂ particles − R₂ WS) |")
+    w(
+        f"n = {s['n']} particles from a wrapped-Cauchy sample with |R₂(0)| ≈ 0.1; horizon "
+        f"{s['t1_natural']} natural time units.\n"
+    )
+    w(
+        "| case | expected | particles | WS | OA | final abs R₂ (particles) | d arg R₂/dt "
+        "| period | max abs(R₂ particles − R₂ WS) |"
+    )
     w("|---|---|---|---|---|---|---|---|---|")
     for r in s["rows"]:
         p = r["particles"]
-        w(f"| {r['case']} | {r['expected']} | {p['regime']} | {r['watanabe_strogatz']['regime']} | "
-          f"{r['ott_antonsen']['regime']} | {_fmt(p['order_final'])} | {_fmt(p['phase_velocity'])} | "
-          f"{_fmt(p['period'])} | {_fmt(r['max_abs_R2_particles_minus_ws'], 2)} |")
+        w(
+            f"| {r['case']} | {r['expected']} | {p['regime']} | "
+            f"{r['watanabe_strogatz']['regime']} | "
+            f"{r['ott_antonsen']['regime']} | {_fmt(p['order_final'])} | "
+            f"{_fmt(p['phase_velocity'])} | "
+            f"{_fmt(p['period'])} | {_fmt(r['max_abs_R2_particles_minus_ws'], 2)} |"
+        )
     w(f"\n![cases](figures/{os.path.basename(s['figure'])})\n")
     m = report["maps"]
     w("## 2. Regime maps with the paper's stated boundaries\n")
-    w("Ott–Antonsen sweeps (one compiled function per slice shape). A cell disagrees when the "
-      "stated criterion makes a claim (Case 1: clustering if tr A > 0 or det A ≤ 0, interior if "
-      "sym(A) < 0; Case 2: clustering iff λ_max(V) ≥ 0; Case 4: oscillation iff |v11| < |v12|) "
-      "and the measured regime differs (a clustering claim is met by Type 1 or Type 2).\n")
-    w("| slice | grid | cells with a claim | disagreements | rate | of which undetermined | rate among decided |")
+    w(
+        "Ott–Antonsen sweeps (one compiled function per slice shape). A cell disagrees when the "
+        "stated criterion makes a claim (Case 1: clustering if tr A > 0 or det A ≤ 0, interior if "
+        "sym(A) < 0; Case 2: clustering iff λ_max(V) ≥ 0; Case 4: oscillation iff |v11| < |v12|) "
+        "and the measured regime differs (a clustering claim is met by Type 1 or Type 2).\n"
+    )
+    w(
+        "| slice | grid | cells with a claim | disagreements | rate | of which undetermined "
+        "| rate among decided |"
+    )
     w("|---|---|---|---|---|---|---|")
     for k, v in m["maps"].items():
-        w(f"| {k} | {v['grid']}×{v['grid']} | {v['cells_with_claim']} | {v['disagreements']} | "
-          f"{v['disagreement_rate']:.3f} | {v['undetermined_where_claimed']} | "
-          f"{v['disagreement_rate_decided']:.3f} |")
+        w(
+            f"| {k} | {v['grid']}×{v['grid']} | {v['cells_with_claim']} | {v['disagreements']} | "
+            f"{v['disagreement_rate']:.3f} | {v['undetermined_where_claimed']} | "
+            f"{v['disagreement_rate_decided']:.3f} |"
+        )
     w(f"\n![maps](figures/{os.path.basename(m['figure'])})\n")
     b = report["bifurcation"]
     w("## 3. Bifurcation diagram (Case-4 family)\n")
-    w(f"Family {b['family']}. Fixed points of the OA ODE by Newton's method (optimistix) with "
-      "Jacobian stability; two-cluster equilibria live on |R₂| = 1. Saddle-nodes on the circle "
-      "refined by bisection:\n")
+    w(
+        f"Family {b['family']}. Fixed points of the OA ODE by Newton's method (optimistix) with "
+        "Jacobian stability; two-cluster equilibria live on |R₂| = 1. Saddle-nodes on the circle "
+        "refined by bisection:\n"
+    )
     for f in b["saddle_nodes"]:
-        w(f"- v11* = {f['value']:.10f} (bracket width {f['bracket'][1] - f['bracket'][0]:.1e}, "
-          f"{f['iterations']} bisections; |v11* − v12·sign| = {f['error']:.1e})")
+        w(
+            f"- v11* = {f['value']:.10f} (bracket width {f['bracket'][1] - f['bracket'][0]:.1e}, "
+            f"{f['iterations']} bisections; |v11* − v12·sign| = {f['error']:.1e})"
+        )
     w(f"\n![bifurcation](figures/{os.path.basename(b['figure'])})\n")
     h = report["hamiltonian"]
     w("## 4. Case 4: the hidden Hamiltonian; Case 3: rotation rate\n")
-    w(f"Conserved quantity: `{h['hamiltonian']}` (derived analytically; verified along OA "
-      "solutions).\n")
+    w(
+        f"Conserved quantity: `{h['hamiltonian']}` (derived analytically; verified along OA "
+        "solutions).\n"
+    )
     for k, v in h["orbits"].items():
         drift = max((d for d in v["H_relative_drift"] if d is not None), default=float("nan"))
-        line = (f"- {k}: max relative drift of H along 5 orbits (while |R₂| < 1 − 1e-6) "
-                f"{drift:.1e}; final abs R₂ {[_fmt(x, 6) for x in v['final_abs_R']]}")
+        line = (
+            f"- {k}: max relative drift of H along 5 orbits (while |R₂| < 1 − 1e-6) "
+            f"{drift:.1e}; final abs R₂ {[_fmt(x, 6) for x in v['final_abs_R']]}"
+        )
         if "periods" in v:
-            line += (f"; periods {[_fmt(p, 6) for p in v['periods']]}; linear period at the "
-                     f"centre {v['linear_period']:.4f} (centre R = {v['centre'][0]:.4f} + "
-                     f"{v['centre'][1]:.4f} i)")
+            line += (
+                f"; periods {[_fmt(p, 6) for p in v['periods']]}; linear period at the "
+                f"centre {v['linear_period']:.4f} (centre R = {v['centre'][0]:.4f} + "
+                f"{v['centre'][1]:.4f} i)"
+            )
         w(line)
     c3 = h["case3_rotation"]
-    w(f"- Case 3 (A = diag(2, 1), V = I + J): rotation rate of arg R₂ measured "
-      f"{c3['measured']:.8f}, theory 2π/∮dψ/g(ψ) = {c3['theory']:.8f} (relative error "
-      f"{c3['relative_error']:.1e}).")
+    w(
+        f"- Case 3 (A = diag(2, 1), V = I + J): rotation rate of arg R₂ measured "
+        f"{c3['measured']:.8f}, theory 2π/∮dψ/g(ψ) = {c3['theory']:.8f} (relative error "
+        f"{c3['relative_error']:.1e})."
+    )
     w(f"\n![phase portrait](figures/{os.path.basename(h['figure'])})\n")
     hd = report["high_d"]
     w(f"## 5. d = {hd['d']}, n = {hd['n']}: the d = 2 behaviours in high dimension\n")
-    w(f"Embedding {hd['embedding']}, uniform initial tokens, horizon {hd['t1_natural']} natural "
-      f"time units, {hd['dtype']}. Classifier: moment C = XᵀX/n (order 2λ_max − 1, motion of "
-      "C) — it does not use d = 2.\n")
+    w(
+        f"Embedding {hd['embedding']}, uniform initial tokens, horizon {hd['t1_natural']} natural "
+        f"time units, {hd['dtype']}. Classifier: moment C = XᵀX/n (order 2λ_max − 1, motion of "
+        "C) — it does not use d = 2.\n"
+    )
     w("| case | kernel | d = 2 regime | measured | order | rate | period | steps |")
     w("|---|---|---|---|---|---|---|---|")
     for r in hd["rows"]:
-        w(f"| {r['case']} | {r['kernel']} | {r['d2_expected']} | {r['regime']} | "
-          f"{_fmt(r['order_final'])} | {_fmt(r['phase_velocity'])} | {_fmt(r['period'])} | "
-          f"{r['num_steps']} |")
+        w(
+            f"| {r['case']} | {r['kernel']} | {r['d2_expected']} | {r['regime']} | "
+            f"{_fmt(r['order_final'])} | {_fmt(r['phase_velocity'])} | {_fmt(r['period'])} | "
+            f"{r['num_steps']} |"
+        )
     w(f"\n![high d](figures/{os.path.basename(hd['figure'])})\n")
     se = report["search"]
     w("## 6. Gradient-based boundary crossing\n")
-    w(f"{se['parametrisation']}. Adam from λ = {se['start']} (score {se['score_start']:.3f}) "
-      f"to λ = {[round(x, 5) for x in se['end']]} (score {se['score_end']:.3f}) in "
-      f"{se['steps']} gradient steps through the diffrax solve; λ_max at the end "
-      f"{se['end_lambda_max']:.5f} (stated boundary: {se['theory_boundary']}); regime of the "
-      f"end point: {se['end_regime']}.\n")
+    w(
+        f"{se['parametrisation']}. Adam from λ = {se['start']} (score {se['score_start']:.3f}) "
+        f"to λ = {[round(x, 5) for x in se['end']]} (score {se['score_end']:.3f}) in "
+        f"{se['steps']} gradient steps through the diffrax solve; λ_max at the end "
+        f"{se['end_lambda_max']:.5f} (stated boundary: {se['theory_boundary']}); regime of the "
+        f"end point: {se['end_regime']}.\n"
+    )
     w(f"![search](figures/{os.path.basename(se['figure'])})\n")
     g = report["g_lm"]
     w("## 7. A real trained attention operator: G_LM of PLDR-LLM v51-110M-1\n")
-    w(f"Source: {g['source']}. A = G_LM[layer, head] (64×64), V = I, β = 1/√64, n = {g['n']}, "
-      f"layers {g['layers']}, {g['dtype']}. Largest score on the sphere β σ_max = "
-      f"{g['max_score_on_sphere']:.2f}. {g['usa_handling']}.\n")
+    w(
+        f"Source: {g['source']}. A = G_LM[layer, head] (64×64), V = I, β = 1/√64, n = {g['n']}, "
+        f"layers {g['layers']}, {g['dtype']}. Largest score on the sphere β σ_max = "
+        f"{g['max_score_on_sphere']:.2f}. {g['usa_handling']}.\n"
+    )
     w(f"Counts — LSA: {g['counts']['lsa']}; USA: {g['counts']['usa']}.\n")
     w("| layer | head | σ_max(G) | LSA | USA | LSA order | USA order |")
     w("|---|---|---|---|---|---|---|")
     for r in g["rows"]:
-        w(f"| {r['layer']} | {r['head']} | {r['sigma_max']:.1f} | {r['lsa_regime']} | "
-          f"{r['usa_regime']} | {_fmt(r['lsa_order_final'])} | {_fmt(r['usa_order_final'])} |")
+        w(
+            f"| {r['layer']} | {r['head']} | {r['sigma_max']:.1f} | {r['lsa_regime']} | "
+            f"{r['usa_regime']} | {_fmt(r['lsa_order_final'])} | {_fmt(r['usa_order_final'])} |"
+        )
     w(f"\n![g_lm](figures/{os.path.basename(g['figure'])})\n")
     w("## Timings\n")
     for k, v in report["section_seconds"].items():
@@ -589,8 +848,13 @@ def _jsonable(x):
     return x
 
 
-def run_atlas(*, quick: bool = False, out_dir: str = "atlas", progress: bool = True,
-              sections: tuple | None = None) -> dict:
+def run_atlas(
+    *,
+    quick: bool = False,
+    out_dir: str = "atlas",
+    progress: bool = True,
+    sections: tuple | None = None,
+) -> dict:
     """Run every section of the atlas and write `atlas.md`, `atlas.json` and `figures/`.
 
     **Arguments:** `quick` (sized for 2 CPU cores) or the full, GPU-sized run; `out_dir`;
@@ -639,9 +903,13 @@ def run_atlas(*, quick: bool = False, out_dir: str = "atlas", progress: bool = T
     report["section_seconds"] = dict(prog.times)
     report["seconds"] = time.perf_counter() - t0
     report["environment"] = dict(
-        jax=jax.__version__, devices=[str(d) for d in jax.devices()], backend=jax.default_backend(),
-        x64=bool(jax.config.jax_enable_x64), python=platform.python_version(),
-        cpu_count=os.cpu_count(), date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        jax=jax.__version__,
+        devices=[str(d) for d in jax.devices()],
+        backend=jax.default_backend(),
+        x64=bool(jax.config.jax_enable_x64),
+        python=platform.python_version(),
+        cpu_count=os.cpu_count(),
+        date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
     report = _jsonable(report)
     with open(os.path.join(out_dir, "atlas.json"), "w") as f:

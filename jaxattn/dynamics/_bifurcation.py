@@ -156,9 +156,7 @@ def fixed_points(
     )
 
 
-def continuation(
-    family: Callable, params, **kwargs
-) -> list[FixedPoints]:
+def continuation(family: Callable, params, **kwargs) -> list[FixedPoints]:
     """Fixed points along a path: `family(p) -> (A, V, beta)` for each `p` in `params`;
     each parameter is seeded by the grid and by the previous parameter's fixed points."""
     out: list[FixedPoints] = []
@@ -211,7 +209,11 @@ def has_circle_equilibrium(A, V, beta=1.0, **kw) -> bool:
 
 
 def refine_transition(
-    predicate: Callable[[float], bool], lo: float, hi: float, *, tol: float = 1e-8,
+    predicate: Callable[[float], bool],
+    lo: float,
+    hi: float,
+    *,
+    tol: float = 1e-8,
     max_iter: int = 200,
 ):
     """Bisection on a parameter where a boolean `predicate` changes value.

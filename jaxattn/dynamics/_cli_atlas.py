@@ -15,13 +15,19 @@ def register(subparsers) -> None:
         "v51-110M-1) and write DIR/atlas.md, DIR/atlas.json and DIR/figures/.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true",
-                   help="small sizes: a few minutes on 2 CPU cores (the full run is GPU-sized)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes: a few minutes on 2 CPU cores (the full run is GPU-sized)",
+    )
     p.add_argument("--out", default="atlas", metavar="DIR", help="output folder")
     p.add_argument("--no-progress", action="store_true", help="no progress lines or bars")
-    p.add_argument("--float32", action="store_true",
-                   help="do not switch this process to float64 (high-d sections are float32 "
-                   "in --quick anyway)")
+    p.add_argument(
+        "--float32",
+        action="store_true",
+        help="do not switch this process to float64 (high-d sections are float32 "
+        "in --quick anyway)",
+    )
     p.set_defaults(run=_run)
 
 

@@ -139,7 +139,13 @@ def case4_orbit(
     A, V = _case4(v11, v12)
     ts = jnp.linspace(0.0, t1, num_save, dtype=A.dtype)
     R, result, steps = solve_ott_antonsen_batchable(
-        A, V, jnp.asarray(beta, A.dtype), jnp.asarray(R0), ts, rtol=rtol, atol=atol,
+        A,
+        V,
+        jnp.asarray(beta, A.dtype),
+        jnp.asarray(R0),
+        ts,
+        rtol=rtol,
+        atol=atol,
         max_steps=1 << 20,
     )
     H = case4_hamiltonian(R, v11, v12)
@@ -189,6 +195,9 @@ def measured_rotation_rate(ts, R, *, start: float = 0.5):
     if turns < 1:
         return float((ph[-1] - ph[k0]) / (ts[-1] - ts[k0]))
     target = ph[-1] - np.sign(ph[-1] - ph[k0]) * turns * 2 * np.pi
-    t_at = np.interp(target, ph[k0:] if ph[-1] > ph[k0] else ph[k0:][::-1],
-                     ts[k0:] if ph[-1] > ph[k0] else ts[k0:][::-1])
+    t_at = np.interp(
+        target,
+        ph[k0:] if ph[-1] > ph[k0] else ph[k0:][::-1],
+        ts[k0:] if ph[-1] > ph[k0] else ts[k0:][::-1],
+    )
     return float((ph[-1] - target) / (ts[-1] - t_at))

@@ -68,8 +68,17 @@ def regime_score(
     ts = _late_ts(t1, num_save, window, dtype)
     if method == "ott_antonsen":
         sol = solve_ott_antonsen(
-            A, V, R0, beta=beta, t1=t1, ts=ts, rtol=rtol, atol=atol,
-            max_steps=max_steps, adjoint=adjoint, throw=False,
+            A,
+            V,
+            R0,
+            beta=beta,
+            t1=t1,
+            ts=ts,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            adjoint=adjoint,
+            throw=False,
         )
         Y = jnp.stack([jnp.real(sol.R), jnp.imag(sol.R)], -1)
         order = jnp.sqrt(jnp.sum(Y**2, -1) + 1e-30)
@@ -78,15 +87,24 @@ def regime_score(
             raise ValueError("regime_score: method='particles' needs x0 of shape (n, d).")
         field = AttentionDynamics(A, V, beta=beta, kernel=kernel)
         traj = simulate(
-            field, x0, t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps,
-            adjoint=adjoint, throw=False,
+            field,
+            x0,
+            t1=t1,
+            ts=ts,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            adjoint=adjoint,
+            throw=False,
         )
         n = traj.xs.shape[1]
         C = jnp.einsum("tnd,tne->tde", traj.xs, traj.xs) / n
         order = 2 * jnp.linalg.eigvalsh(C)[:, -1] - 1
         Y = np.sqrt(2) * C.reshape(C.shape[0], -1)
     else:
-        raise ValueError(f"regime_score: method must be 'ott_antonsen' or 'particles', got {method!r}.")
+        raise ValueError(
+            f"regime_score: method must be 'ott_antonsen' or 'particles', got {method!r}."
+        )
     if score == "order":
         return jnp.mean(order)
     if score == "phase_velocity":
@@ -155,8 +173,18 @@ def regime_search(
     def loss_fn(p):
         A, V = build(p)
         s = regime_score(
-            A, V, beta, score=score, method=method, R0=R0, x0=x0, t1=t1, window=window,
-            num_save=num_save, rtol=rtol, atol=atol,
+            A,
+            V,
+            beta,
+            score=score,
+            method=method,
+            R0=R0,
+            x0=x0,
+            t1=t1,
+            window=window,
+            num_save=num_save,
+            rtol=rtol,
+            atol=atol,
         )
         if target == "clustering":
             loss = -s

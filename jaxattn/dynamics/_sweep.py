@@ -19,7 +19,8 @@ covers the same number of its own time units, so step counts are alike and the r
 thresholds below are scale-free. (2) `group="pilot"` (d = 2, LSA) runs the cheap
 Ott–Antonsen ODE of every member first and sorts members by its step count before
 cutting the batch into chunks (`group="stiffness"` sorts by `β‖A‖‖V‖` instead), so
-members of similar stiffness share a chunk. The benchmark `experiments/bench_sweep.py` measures both.
+members of similar stiffness share a chunk. The benchmark `experiments/bench_sweep.py`
+measures both.
 
 Multi-host. After `jax.distributed.initialize()` every process calls `sweep` with the
 same full parameter arrays; the batch of each chunk is laid out over `jax.devices()` (all
@@ -433,9 +434,7 @@ def _member(A, V, beta, seed, cfg: _Config):
             )
             order, Y = moment_features(ts, R2=R2)
         else:
-            field = AttentionDynamics(
-                A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift
-            )
+            field = AttentionDynamics(A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift)
             traj = simulate(
                 field,
                 x0,
@@ -745,8 +744,10 @@ def sweep(
         B = max(sizes) if sizes else 1
         shape = (B,)
         ar = np.arange(B)
-        ia, iv, ib, isd = (ar if m > 1 else np.zeros(B, int) for m in
-                           (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]))
+        ia, iv, ib, isd = (
+            ar if m > 1 else np.zeros(B, int)
+            for m in (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
+        )
     Am = A[ia].astype(dtype)
     Vm = V[iv].astype(dtype)
     bm = beta[ib].astype(dtype)
@@ -775,16 +776,33 @@ def sweep(
 
     # Order members by predicted cost so that a chunk holds members of similar stiffness.
     if group == "auto":
-        group = "pilot" if (d == 2 and kernel == "lsa" and method != "ott_antonsen") else "stiffness"
+        group = (
+            "pilot" if (d == 2 and kernel == "lsa" and method != "ott_antonsen") else "stiffness"
+        )
     if group == "pilot":
         if d != 2 or kernel != "lsa":
             raise ValueError("sweep: group='pilot' needs d = 2 and kernel='lsa'.")
         # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
         # member's step count; sort by it.
-        pilot = sweep(Am, Vm, bm, sm.astype(np.int64), method="ott_antonsen", batching="flat",
-                      t1=t1, num_save=num_save, time_scale=time_scale, group="stiffness",
-                      r0=r0, rtol=rtol, atol=atol, max_steps=max_steps, chunk_size=None,
-                      progress=False, dtype=dtype)
+        pilot = sweep(
+            Am,
+            Vm,
+            bm,
+            sm.astype(np.int64),
+            method="ott_antonsen",
+            batching="flat",
+            t1=t1,
+            num_save=num_save,
+            time_scale=time_scale,
+            group="stiffness",
+            r0=r0,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            chunk_size=None,
+            progress=False,
+            dtype=dtype,
+        )
         perm = np.argsort(pilot.num_steps, kind="stable")
     elif group == "stiffness":
         finite = np.isfinite(Am).all((1, 2)) & np.isfinite(Vm).all((1, 2))
@@ -796,7 +814,9 @@ def sweep(
     elif group == "none":
         perm = np.arange(B)
     else:
-        raise ValueError(f"sweep: group must be 'auto', 'pilot', 'stiffness' or 'none', got {group!r}.")
+        raise ValueError(
+            f"sweep: group must be 'auto', 'pilot', 'stiffness' or 'none', got {group!r}."
+        )
 
     mesh, ndev = _devices_mesh()
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
@@ -875,9 +895,7 @@ def sweep(
                 computed += 1
                 fresh = True
                 if path is not None and writer:
-                    _atomic_write(
-                        path, lambda p: _write_npz(p, members=idx, **chunk)
-                    )
+                    _atomic_write(path, lambda p: _write_npz(p, members=idx, **chunk))
                     summary = _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, dt)
                     _atomic_write(path[:-4] + ".json", lambda p: _write_json(p, summary))
             else:
@@ -896,8 +914,16 @@ def sweep(
             bar.close()
     ts = np.linspace(0.0, cfg.t1, cfg.num_save)[None, :] / outs["rate"][:, None]
     return SweepResult(
-        A=Am, V=Vm, beta=bm, seed=sm.astype(np.int64), ts=ts, shape=shape, seconds=seconds,
-        chunks_computed=computed, chunks_loaded=loaded, **outs,
+        A=Am,
+        V=Vm,
+        beta=bm,
+        seed=sm.astype(np.int64),
+        ts=ts,
+        shape=shape,
+        seconds=seconds,
+        chunks_computed=computed,
+        chunks_loaded=loaded,
+        **outs,
     )
 
 

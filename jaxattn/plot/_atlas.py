@@ -20,7 +20,13 @@ __all__ = [
     "plot_glm",
 ]
 
-REGIME_LABELS = ("Type 1 clusters", "Type 2 rotating", "Type 3 oscillation", "interior", "undetermined")
+REGIME_LABELS = (
+    "Type 1 clusters",
+    "Type 2 rotating",
+    "Type 3 oscillation",
+    "interior",
+    "undetermined",
+)
 REGIME_COLOURS = ("#2b83ba", "#abdda4", "#d7191c", "#fdae61", "#bbbbbb")
 _CMAP = ListedColormap(REGIME_COLOURS)
 
@@ -34,7 +40,8 @@ def _save(fig, path):
 def _legend(ax, **kw):
     ax.legend(
         handles=[Patch(color=c, label=lab) for c, lab in zip(REGIME_COLOURS, REGIME_LABELS)],
-        fontsize=7, **kw,
+        fontsize=7,
+        **kw,
     )
 
 
@@ -43,8 +50,11 @@ def plot_cases(cases, path):
     `ott_antonsen`) a dict with `ts`, `R2`, `label`."""
     k = len(cases)
     fig, axes = plt.subplots(2, k, figsize=(3.2 * k, 6.2))
-    styles = {"particles": ("k", "-", 1.6), "watanabe_strogatz": ("#d7191c", "--", 1.2),
-              "ott_antonsen": ("#2b83ba", ":", 1.6)}
+    styles = {
+        "particles": ("k", "-", 1.6),
+        "watanabe_strogatz": ("#d7191c", "--", 1.2),
+        "ott_antonsen": ("#2b83ba", ":", 1.6),
+    }
     th = np.linspace(0, 2 * np.pi, 200)
     for j, c in enumerate(cases):
         ax, bx = axes[0, j], axes[1, j]
@@ -65,7 +75,9 @@ def plot_cases(cases, path):
         if j == 0:
             ax.set_ylabel("Im R₂")
             bx.set_ylabel("|R₂|")
-    fig.suptitle("The four cases in d = 2: particles, Watanabe–Strogatz and Ott–Antonsen", fontsize=10)
+    fig.suptitle(
+        "The four cases in d = 2: particles, Watanabe–Strogatz and Ott–Antonsen", fontsize=10
+    )
     return _save(fig, path)
 
 
@@ -77,8 +89,16 @@ def plot_regime_maps(maps, path):
     axes = np.atleast_1d(axes)
     for ax, m in zip(axes, maps):
         x, y = m["x"], m["y"]
-        ax.imshow(m["measured"], origin="lower", extent=(x[0], x[-1], y[0], y[-1]),
-                  cmap=_CMAP, vmin=-0.5, vmax=4.5, aspect="auto", interpolation="nearest")
+        ax.imshow(
+            m["measured"],
+            origin="lower",
+            extent=(x[0], x[-1], y[0], y[-1]),
+            cmap=_CMAP,
+            vmin=-0.5,
+            vmax=4.5,
+            aspect="auto",
+            interpolation="nearest",
+        )
         for bxs, bys in m["boundaries"]:
             ax.plot(bxs, bys, color="k", lw=1.6)
         yy, xx = np.nonzero(m["disagree"])
@@ -91,8 +111,10 @@ def plot_regime_maps(maps, path):
         ax.set_ylabel(m["ylabel"])
         ax.set_title(m["title"], fontsize=9)
     _legend(axes[-1], loc="lower right")
-    fig.suptitle("Measured regimes (Ott–Antonsen sweeps) with the paper's stated boundaries (black)",
-                 fontsize=10)
+    fig.suptitle(
+        "Measured regimes (Ott–Antonsen sweeps) with the paper's stated boundaries (black)",
+        fontsize=10,
+    )
     return _save(fig, path)
 
 
@@ -100,15 +122,32 @@ def plot_bifurcation(diagram, path):
     """`diagram`: `p`, `fixed` list of (p, Im R, kind, on_circle), `orbit_lo`, `orbit_hi`
     (Im R range over the late window of OA runs), `folds` (refined parameters)."""
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.fill_between(diagram["p_orbit"], diagram["orbit_lo"], diagram["orbit_hi"], color="#d7191c",
-                    alpha=0.25, label="OA orbit range (late window)")
-    colours = {"sink": "#2b83ba", "source": "#fdae61", "saddle": "k", "centre": "#d7191c",
-               "degenerate": "0.5"}
+    ax.fill_between(
+        diagram["p_orbit"],
+        diagram["orbit_lo"],
+        diagram["orbit_hi"],
+        color="#d7191c",
+        alpha=0.25,
+        label="OA orbit range (late window)",
+    )
+    colours = {
+        "sink": "#2b83ba",
+        "source": "#fdae61",
+        "saddle": "k",
+        "centre": "#d7191c",
+        "degenerate": "0.5",
+    }
     seen = set()
     for p, y, kind, circ in diagram["fixed"]:
         lab = f"{kind}{' (on |R|=1)' if circ else ''}"
-        ax.scatter([p], [y], s=10, color=colours[kind], marker="o" if not circ else "s",
-                   label=None if lab in seen else lab)
+        ax.scatter(
+            [p],
+            [y],
+            s=10,
+            color=colours[kind],
+            marker="o" if not circ else "s",
+            label=None if lab in seen else lab,
+        )
         seen.add(lab)
     for f in diagram["folds"]:
         ax.axvline(f, color="k", ls="--", lw=0.8)
@@ -137,8 +176,9 @@ def plot_phase_portrait(portraits, path):
         ax.set_title(pp["title"], fontsize=9)
         ax.set_xlabel("Re R₂")
     axes[0].set_ylabel("Im R₂")
-    fig.suptitle("Case 4: level sets of the hidden Hamiltonian (contours) and OA orbits (red)",
-                 fontsize=10)
+    fig.suptitle(
+        "Case 4: level sets of the hidden Hamiltonian (contours) and OA orbits (red)", fontsize=10
+    )
     return _save(fig, path)
 
 
@@ -147,8 +187,16 @@ def plot_search(search, path):
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 4))
     m = search["map"]
     x, y = m["x"], m["y"]
-    ax.imshow(m["measured"], origin="lower", extent=(x[0], x[-1], y[0], y[-1]), cmap=_CMAP,
-              vmin=-0.5, vmax=4.5, aspect="auto", interpolation="nearest")
+    ax.imshow(
+        m["measured"],
+        origin="lower",
+        extent=(x[0], x[-1], y[0], y[-1]),
+        cmap=_CMAP,
+        vmin=-0.5,
+        vmax=4.5,
+        aspect="auto",
+        interpolation="nearest",
+    )
     for bxs, bys in m["boundaries"]:
         ax.plot(bxs, bys, color="k", lw=1.6)
     P = search["path"]
