@@ -41,6 +41,7 @@ def test_import_changes_no_jax_setting():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_bifurcation_and_hamiltonian_sections(tmp_path):
     rep = run_atlas(
         quick=True, out_dir=str(tmp_path), progress=False, sections=("bifurcation", "hamiltonian")
