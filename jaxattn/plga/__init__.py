@@ -28,3 +28,15 @@ from ._weights import infer_config as infer_config
 from ._weights import reference_keys as reference_keys
 from ._weights import save_reference as save_reference
 from ._weights import to_reference as to_reference
+from ._audits import cache_fidelity as cache_fidelity
+from ._audits import energy_curvature_audit as energy_curvature_audit
+from ._audits import invariance_audit as invariance_audit
+from ._audits import invariance_order_parameter as invariance_order_parameter
+from ._audits import noncausality_audit as noncausality_audit
+from ._audits import perron_frobenius_audit as perron_frobenius_audit
+from ._audits import rank_one_audit as rank_one_audit
+from ._audits import rope_commutant_projection as rope_commutant_projection
+from ._audits import rope_commutant_residual as rope_commutant_residual
+from ._collapse import CollapsedPLDRLLM as CollapsedPLDRLLM
+from ._collapse import collapse as collapse
+from ._collapse import collapse_error as collapse_error
