@@ -10,6 +10,7 @@ Importing jaxattn changes no global JAX setting (float64 is the caller's choice:
 `jax.config.update("jax_enable_x64", True)`).
 """
 
-from . import dynamics as dynamics, sphere as sphere
+from . import dynamics as dynamics
+from . import sphere as sphere
 
 __version__ = "0.1.0"

@@ -59,9 +59,7 @@ def project_tangent(x: Float[Array, "... d"], v: Float[Array, "... d"]) -> Float
     return v - jnp.sum(x * v, axis=-1, keepdims=True) * x
 
 
-def sample_uniform(
-    key: PRNGKeyArray, n: int, d: int, *, dtype=None
-) -> Float[Array, "n d"]:
+def sample_uniform(key: PRNGKeyArray, n: int, d: int, *, dtype=None) -> Float[Array, "n d"]:
     """`n` independent points drawn from the uniform (Haar) measure on S^{d-1}.
 
     **Arguments:**

@@ -20,7 +20,7 @@ from jaxtyping import Array, Complex, Float, Int, PRNGKeyArray
 
 from .._custom_types import Matrix
 from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
-from ._solve import RESULTS
+from ._solve import RESULTS, ProjectedSolver
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -65,7 +65,7 @@ def _clip_disc(y):
     return y.at[:2].multiply(scale), jnp.where(outside, r - 1, 0)
 
 
-class DiscProjection(diffrax.AbstractWrappedSolver):
+class DiscProjection(ProjectedSolver):
     """Wraps a diffrax solver and clips a disc-valued part of the state after every step.
 
     The state is a real vector whose first two entries are `(Re ζ, Im ζ)` of a point
@@ -78,41 +78,8 @@ class DiscProjection(diffrax.AbstractWrappedSolver):
 
     solver: diffrax.AbstractSolver
 
-    @property
-    def term_structure(self):
-        return self.solver.term_structure
-
-    @property
-    def interpolation_cls(self):  # pyright: ignore
-        return self.solver.interpolation_cls
-
-    @property
-    def term_compatible_contr_kwargs(self):
-        return self.solver.term_compatible_contr_kwargs
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def strong_order(self, terms):
-        return self.solver.strong_order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def init(self, terms, t0, t1, y0, args):
-        overshoot = jnp.zeros((), jnp.result_type(y0))
-        return self.solver.init(terms, t0, t1, y0, args), overshoot
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        inner_state, overshoot = solver_state
-        y1, y_error, dense_info, inner_state, result = self.solver.step(
-            terms, t0, t1, y0, args, inner_state, made_jump
-        )
-        y1, over = _clip_disc(y1)
-        return y1, y_error, dense_info, (inner_state, jnp.maximum(overshoot, over)), result
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
+    def project(self, y):
+        return _clip_disc(y)
 
 
 class OttAntonsenSolution(eqx.Module):

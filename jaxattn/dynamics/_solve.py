@@ -5,7 +5,6 @@ import warnings
 
 import diffrax
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
@@ -13,7 +12,14 @@ from jaxtyping import Array, Bool, Float, Int
 from ..sphere import normalise, safe_norm
 from ._vector_field import AttentionDynamics, _is_concrete
 
-__all__ = ["RESULTS", "SphereProjection", "Trajectory", "simulate", "check_tokens"]
+__all__ = [
+    "RESULTS",
+    "ProjectedSolver",
+    "SphereProjection",
+    "Trajectory",
+    "simulate",
+    "check_tokens",
+]
 
 
 class RESULTS(diffrax.RESULTS):  # pyright: ignore
@@ -35,18 +41,21 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
     )
 
 
-class SphereProjection(diffrax.AbstractWrappedSolver):
-    """Wraps a diffrax solver and maps every accepted step back onto the sphere.
+class ProjectedSolver(diffrax.AbstractWrappedSolver):
+    """Base for solvers that map every step of a wrapped diffrax solver back onto an
+    invariant set of the exact flow (the sphere, the unit disc).
 
-    After each step of `solver` the state is replaced by `x/|x|` row by row. Because the
-    attention field is evaluated at `x/|x|` it is unchanged by this map, so FSAL stages
-    stay valid; the error estimate is that of the wrapped solver.
-
-    The solver state carries the largest per-step distance from the sphere before
-    projection (the drift that projection removed).
+    Subclasses implement `project(y) -> (y_projected, distance)`. The solver state carries
+    the largest `distance` met so far (how far single steps strayed before projection).
+    The vector fields used with these solvers are evaluated at the projected point, so they
+    are unchanged by the map and FSAL stages stay valid; the error estimate is that of the
+    wrapped solver.
     """
 
-    solver: diffrax.AbstractSolver
+    solver: eqx.AbstractVar[diffrax.AbstractSolver]
+
+    def project(self, y):
+        raise NotImplementedError
 
     @property
     def term_structure(self):
@@ -70,20 +79,35 @@ class SphereProjection(diffrax.AbstractWrappedSolver):
         return self.solver.error_order(terms)
 
     def init(self, terms, t0, t1, y0, args):
-        drift = jnp.zeros((), jnp.result_type(y0))
-        return self.solver.init(terms, t0, t1, y0, args), drift
+        distance = jnp.zeros((), jnp.result_type(y0))
+        return self.solver.init(terms, t0, t1, y0, args), distance
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        inner_state, drift = solver_state
+        inner_state, distance = solver_state
         y1, y_error, dense_info, inner_state, result = self.solver.step(
             terms, t0, t1, y0, args, inner_state, made_jump
         )
-        # Largest distance from the sphere that one step produced before projection.
-        drift = jnp.maximum(drift, jnp.max(jnp.abs(safe_norm(y1) - 1)))
-        return normalise(y1), y_error, dense_info, (inner_state, drift), result
+        y1, step_distance = self.project(y1)
+        distance = jnp.maximum(distance, step_distance)
+        return y1, y_error, dense_info, (inner_state, distance), result
 
     def func(self, terms, t0, y0, args):
         return self.solver.func(terms, t0, y0, args)
+
+
+class SphereProjection(ProjectedSolver):
+    """Wraps a diffrax solver and maps every accepted step back onto the sphere.
+
+    After each step of `solver` the state is replaced by `x/|x|` row by row. Because the
+    attention field is evaluated at `x/|x|` it is unchanged by this map. The solver state
+    carries the largest per-step distance `| |x_k| − 1 |` from the sphere before projection
+    (the drift that projection removed).
+    """
+
+    solver: diffrax.AbstractSolver
+
+    def project(self, y):
+        return normalise(y), jnp.max(jnp.abs(safe_norm(y) - 1))
 
 
 class Trajectory(eqx.Module):
@@ -153,7 +177,9 @@ def check_tokens(x0, d: int | None = None, *, name: str = "x0"):
         norms = np.linalg.norm(xn, axis=1)
         if np.any(norms == 0):
             k = int(np.argmax(norms == 0))
-            raise ValueError(f"{name}: token {k} is the zero vector; it has no place on the sphere.")
+            raise ValueError(
+                f"{name}: token {k} is the zero vector; it has no place on the sphere."
+            )
         deviation = float(np.max(np.abs(norms - 1)))
     return x0, deviation
 

@@ -96,7 +96,9 @@ class AttentionDynamics(eqx.Module):
                 f"and V {self.V.shape}."
             )
         if self.beta.ndim != 0:
-            raise ValueError(f"AttentionDynamics: beta must be a scalar, got shape {self.beta.shape}.")
+            raise ValueError(
+                f"AttentionDynamics: beta must be a scalar, got shape {self.beta.shape}."
+            )
         for name, m in (("A", self.A), ("V", self.V), ("beta", self.beta)):
             if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
                 raise ValueError(f"AttentionDynamics: {name} has non-finite entries (NaN or inf).")
