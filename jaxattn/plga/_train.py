@@ -168,7 +168,13 @@ _MAX_SQUARINGS = 24  # ‖X‖₁ up to 2^24; beyond, tr exp overflows float32 a
 
 def _expm(X: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """`exp(X)` by scaling and squaring with a Horner-form Taylor polynomial: a fixed number of
-    small matrix products (cheap to compile, differentiable in reverse mode)."""
+    small matrix products (cheap to compile, differentiable in reverse mode).
+
+    Used instead of `jax.scipy.linalg.expm` inside the training step: for the gradient of the
+    DAG penalty of 8 matrices of 32×32 under `vmap`, the library routine measured 0.39 s per
+    call against 0.0085 s for this one on the 2-core CPU (its Padé-degree branches all run
+    under `vmap`); both agree to float rounding, as `tests/test_plga_train.py` checks against
+    scipy's `expm`."""
     n = X.shape[-1]
     eye = jnp.eye(n, dtype=X.dtype)
     norm = jnp.max(jnp.sum(jnp.abs(X), axis=0))
