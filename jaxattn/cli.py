@@ -39,7 +39,9 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        # Bad input and unusable paths (missing file, --out naming a file, unreadable text)
+        # are one-line errors; anything else is a bug and keeps its traceback.
         print(f"jaxattn {args.command}: error: {err}", file=sys.stderr)
         return 2
 

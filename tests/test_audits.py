@@ -333,3 +333,18 @@ def test_cli_audit_g_lm(tmp_path, capsys):
     assert "commutant residual" in capsys.readouterr().out
     assert main(["plga", "audit", "--out", str(tmp_path / "none")]) == 2  # neither input given
     assert "--ckpt DIR" in capsys.readouterr().err
+
+
+def test_cli_audit_g_lm_bad_files(tmp_path, capsys):
+    """Bad --g-lm files are one-line errors naming the problem (never a hint to unpickle)."""
+    from jaxattn.cli import main
+
+    np.save(tmp_path / "nan.npy", np.full((1, 2, 4, 4), np.nan))
+    np.save(tmp_path / "empty.npy", np.zeros((1, 1, 0, 0)))
+    (tmp_path / "junk.npz").write_bytes(b"\xaa\x01 not an array file")
+    cases = {"nan.npy": "non-finite", "empty.npy": "non-empty shape", "junk.npz": "not a readable"}
+    for name, message in cases.items():
+        rc = main(["plga", "audit", "--g-lm", str(tmp_path / name), "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and message in err[0], (name, err)
+        assert "pickle" not in err[0] or "refused" in err[0]

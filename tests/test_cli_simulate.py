@@ -75,6 +75,9 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
         (["--n", "0"], "--n must be at least 1"),
         (["--beta", "-1"], "--beta must be a finite positive"),
         (["--t1", "nan"], "--t1 must be a finite positive"),
+        (["--A", "{ragged}"], "--A: cannot read a matrix"),
+        (["--rtol", "-1"], "rtol must be a finite positive"),
+        (["--out", "{a_file}"], "File exists"),
     ],
 )
 def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):
@@ -85,14 +88,19 @@ def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):
         "not_json": tmp_path / "garbage.json",
         "eye3": tmp_path / "eye3.json",
         "eye2": tmp_path / "eye2.json",
+        "ragged": tmp_path / "ragged.json",
+        "a_file": tmp_path / "a_file",
     }
+    files["ragged"].write_text("[[1, 2], [3]]")
+    files["a_file"].write_text("not a folder")
     files["bad_shape"].write_text(json.dumps([[1, 2, 3], [4, 5, 6]]))
     np.save(files["nan"], np.array([[np.nan, 0.0], [0.0, 1.0]]))
     files["not_json"].write_text("[[1, 2], [3")
     files["eye3"].write_text(json.dumps(np.eye(3).tolist()))
     files["eye2"].write_text(json.dumps(np.eye(2).tolist()))
     args = [a.format(**files) for a in extra]
-    rc = main(["simulate", *args, "--out", str(tmp_path / "out")])
+    out = [] if "--out" in args else ["--out", str(tmp_path / "out")]
+    rc = main(["simulate", *args, *out])
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxattn simulate: error:")

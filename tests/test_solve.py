@@ -294,3 +294,25 @@ def test_usa_overflow_traced_gives_result_code_per_member():
     assert results[0] == RESULTS.successful._value
     assert results[1] == RESULTS.usa_overflow._value
     assert np.all(np.isfinite(out.xs[0])) and np.all(np.isnan(out.xs[1]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(t1=float("nan")), "t1 must be finite"),
+        (dict(t1=float("inf")), "t1 must be finite"),
+        (dict(t1=-1.0), "need t1 > t0"),
+        (dict(t1=0.0), "need t1 > t0"),
+        (dict(t1=1.0, ts=jnp.array([0.0, 2.0])), "inside \\[t0, t1\\]"),
+        (dict(t1=1.0, rtol=-1e-6), "rtol must be a finite positive"),
+        (dict(t1=1.0, atol=0.0), "atol must be a finite positive"),
+        (dict(t1=1.0, max_steps=0), "max_steps must be >= 1"),
+    ],
+)
+def test_bad_times_and_tolerances(kwargs, message):
+    """A NaN/inf/backward horizon or a non-positive tolerance is refused up front, never a
+    silent NaN trajectory reported as successful."""
+    field = AttentionDynamics(jnp.eye(2), jnp.eye(2))
+    x0 = sample_uniform(jax.random.key(0), 4, 2)
+    with pytest.raises(ValueError, match=message):
+        simulate(field, x0, **kwargs)

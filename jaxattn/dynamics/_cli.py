@@ -63,6 +63,13 @@ def register(subparsers) -> None:
         help="dimension (default: that of A; presets are block-embedded for even d > 2)",
     )
     p.add_argument("--kernel", choices=("lsa", "usa", "sa"), default="lsa", help="attention kernel")
+    p.add_argument(
+        "--score-shift",
+        type=float,
+        default=0.0,
+        help="USA only: subtract this from every score, i.e. rescale time by exp(shift) "
+        "(needed when beta*sigma_max(A) passes the range of exp)",
+    )
     p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
     p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the initial tokens")
@@ -95,7 +102,9 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
                     raise ValueError(f"--{name}: {path} holds {keys}; name the array '{name}'.")
         else:
             raise ValueError(f"--{name}: {path} must be .json, .npy or .npz.")
-    except (json.JSONDecodeError, TypeError) as err:
+    except (json.JSONDecodeError, TypeError, ValueError, OSError) as err:
+        if str(err).startswith(f"--{name}"):
+            raise
         raise ValueError(f"--{name}: cannot read a matrix from {path} ({err}).") from None
     M = np.asarray(M, dtype=np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
@@ -144,6 +153,10 @@ def _resolve(args):
     t1 = args.t1 if args.t1 is not None else (pre.t1 if pre is not None else 100.0)
     if not np.isfinite(beta) or beta <= 0:
         raise ValueError(f"--beta must be a finite positive number, got {beta}.")
+    for name in ("rtol", "atol"):
+        value = getattr(args, name)
+        if not np.isfinite(value) or value <= 0:
+            raise ValueError(f"--{name}: {name} must be a finite positive number, got {value}.")
     if not np.isfinite(t1) or t1 <= 0:
         raise ValueError(f"--t1 must be a finite positive number, got {t1}.")
     if args.n < 1:
@@ -188,7 +201,11 @@ def run(args) -> int:
     )
 
     field = AttentionDynamics(
-        jnp.asarray(A, dtype), jnp.asarray(V, dtype), beta=beta, kernel=args.kernel
+        jnp.asarray(A, dtype),
+        jnp.asarray(V, dtype),
+        beta=beta,
+        kernel=args.kernel,
+        score_shift=args.score_shift,
     )
     x0 = sample_uniform(jax.random.key(args.seed), n, d, dtype=dtype)
     # Solve in equal chunks (one compilation, reused) so progress can be shown.

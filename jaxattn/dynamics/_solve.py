@@ -264,6 +264,31 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     )
 
 
+def _check_times_and_tolerances(t0, t1, ts, rtol, atol, max_steps):
+    """Trace-time checks of the time interval and tolerances (concrete values only)."""
+    if t1 is None:
+        raise ValueError("simulate: t1 is required.")
+    for name, value in (("t0", t0), ("t1", t1)):
+        if _is_concrete(value) and not np.isfinite(np.asarray(value)).all():
+            raise ValueError(f"simulate: {name} must be finite, got {value}.")
+    if _is_concrete(t0) and _is_concrete(t1) and not float(t1) > float(t0):
+        raise ValueError(f"simulate: need t1 > t0 (forward time), got t0={t0}, t1={t1}.")
+    if ts is not None and _is_concrete(ts):
+        tsn = np.asarray(ts, dtype=np.float64)
+        if tsn.size and (
+            not np.isfinite(tsn).all()
+            or np.any(np.diff(tsn) < 0)
+            or (_is_concrete(t0) and tsn[0] < float(t0))
+            or (_is_concrete(t1) and tsn[-1] > float(t1))
+        ):
+            raise ValueError("simulate: ts must be finite, non-decreasing and inside [t0, t1].")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if _is_concrete(value) and not (np.isfinite(float(value)) and float(value) > 0):
+            raise ValueError(f"simulate: {name} must be a finite positive number, got {value}.")
+    if int(max_steps) < 1:
+        raise ValueError(f"simulate: max_steps must be >= 1, got {max_steps}.")
+
+
 def simulate(
     field: AttentionDynamics,
     x0: Float[Array, "n d"],
@@ -310,7 +335,8 @@ def simulate(
     **Returns:** a `Trajectory`.
 
     **Raises:** `ValueError` for wrong shapes, `n = 0`, non-finite or zero initial tokens
-    (the index is named), non-finite `A`, `V`, `beta`, or a USA field whose weights would
+    (the index is named), non-finite `t0`/`t1` or `t1 ≤ t0`, `ts` outside `[t0, t1]`,
+    non-positive `rtol`/`atol`, non-finite `A`, `V`, `beta`, or a USA field whose weights would
     overflow. With `throw=True` and traced inputs, these and solver failures (e.g.
     `max_steps` reached) raise an `EquinoxRuntimeError` naming the `RESULTS` code.
 
@@ -345,11 +371,10 @@ def simulate(
             raise ValueError(
                 f"simulate: USA scores reach beta*sigma_max(A) = {bound:.4g}, past the range "
                 f"of exp in {jnp.dtype(dtype).name} (log max ≈ {_usa_log_limit(dtype) + 10:.1f}). "
-                f"Pass score_shift={bound:.4g} to AttentionDynamics (time is then rescaled by "
-                f"exp(score_shift)) or use float64."
+                f"Pass score_shift={bound:.4g} to AttentionDynamics (`--score-shift` on the "
+                f"command line; time is then rescaled by exp(score_shift)) or use float64."
             )
-    if t1 is None:
-        raise ValueError("simulate: t1 is required.")
+    _check_times_and_tolerances(t0, t1, ts, rtol, atol, max_steps)
     if ts is None:
         ts = jnp.linspace(t0, t1, int(num_save), dtype=dtype)
     else:

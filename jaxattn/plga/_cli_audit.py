@@ -68,17 +68,32 @@ def _load_g_lm(spec: str):
     path = pathlib.Path(spec)
     if not path.is_file():
         raise FileNotFoundError(f"--g-lm: no such file: {path}")
-    if path.suffix == ".npy":
-        g = np.load(path, allow_pickle=False)
-    else:
-        with np.load(path, allow_pickle=False) as f:
-            if "G_LM" not in f:
-                raise ValueError(f"--g-lm: {path} has no array 'G_LM' (keys: {', '.join(f.files)})")
-            g = f["G_LM"]
+    try:
+        if path.suffix == ".npy":
+            g = np.load(path, allow_pickle=False)
+        else:
+            with np.load(path, allow_pickle=False) as f:
+                if "G_LM" not in f:
+                    keys = ", ".join(f.files)
+                    raise ValueError(f"--g-lm: {path} has no array 'G_LM' (keys: {keys})")
+                g = f["G_LM"]
+    except (ValueError, OSError, EOFError) as err:
+        if str(err).startswith("--g-lm"):
+            raise
+        # numpy's message for a non-array file suggests allow_pickle; never do that.
+        raise ValueError(
+            f"--g-lm: {path} is not a readable .npy/.npz array file (object arrays and "
+            f"pickles are refused)"
+        ) from None
     if g.ndim == 3:
         g = g[None]
-    if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
-        raise ValueError(f"--g-lm: need shape (layers, heads, dk, dk), got {g.shape}")
+    if g.ndim != 4 or g.shape[-1] != g.shape[-2] or g.size == 0:
+        raise ValueError(f"--g-lm: need a non-empty shape (layers, heads, dk, dk), got {g.shape}")
+    if not np.issubdtype(g.dtype, np.floating) and not np.issubdtype(g.dtype, np.integer):
+        raise ValueError(f"--g-lm: need a real numeric array, got dtype {g.dtype}")
+    if not np.all(np.isfinite(g)):
+        bad = np.argwhere(~np.isfinite(g))[0].tolist()
+        raise ValueError(f"--g-lm: {path} has non-finite entries (first at index {bad})")
     return path, g
 
 
@@ -97,7 +112,11 @@ def _prompts(args, tokenizer, model):
         path = pathlib.Path(args.prompts)
         if not path.is_file():
             raise FileNotFoundError(f"--prompts: no such file: {path}")
-        lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"--prompts: {path} is not UTF-8 text ({err.reason})") from None
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         rows = [tokenizer.encode(ln)[:seq] for ln in lines]
         rows = [r for r in rows if len(r) >= 2]
         if len(rows) < 2:
