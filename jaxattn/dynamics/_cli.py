@@ -26,9 +26,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "simulate",
         help="simulate tokens as particles on the sphere and classify the regime",
-        description="Solve dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j) for n tokens on S^{d-1} from "
-        "uniform random starts; write the trajectory (npz), a summary with the regime and its "
-        "evidence (JSON) and figures (PNG) to the output folder.",
+        description="Solve dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j) for n tokens on S^{d-1}\n"
+        "from uniform random starts; write the trajectory (npz), a summary with the regime\n"
+        "and its evidence (JSON) and figures (PNG) to the output folder.",
         epilog=USAGE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -19,11 +19,9 @@ examples:
   jaxattn plga train --out runs/x --set d_model=64 --set num_layers=1 --steps 20
 
 Text files are UTF-8; blank lines separate documents. Each document gets EOS appended (no BOS);
-documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is held
-out
-and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every steps and
-at
-the end; a NaN loss stops the run and keeps the checkpoints already written.
+documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is
+held out and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every
+steps and at the end; a NaN loss stops the run and keeps the checkpoints already written.
 """
 
 GENERATE_EPILOG = """\

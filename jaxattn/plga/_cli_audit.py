@@ -235,7 +235,11 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
         report["noncausality"] = noncausality_audit(model, prompts[0], alt, split=split)
         med = np.median(np.asarray(inv.by_rms), axis=0)
         pf_pos = report["perron_frobenius_A_LM"]["entrywise_positive"]
-        print(f"order parameter (by rms, median over {inv.pairs.shape[0]} pairs), rows = layers:")
+        npairs = inv.pairs.shape[0]
+        print(
+            f"order parameter (by rms, median over {npairs} pair{'s' if npairs != 1 else ''}), "
+            "rows = layers:"
+        )
         print("       " + " ".join(f"{t:>9}" for t in inv.tensors))
         for layer, row in enumerate(med):
             print(f"  L{layer:<3}  " + " ".join(f"{x:9.2e}" for x in row))
