@@ -16,11 +16,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Complex, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
 from .._custom_types import Matrix
 from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
-from ._solve import RESULTS, ProjectedSolver
+from ._solve import RESULTS, ProjectedSolver, Solution, step_statistics
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -82,7 +82,7 @@ class DiscProjection(ProjectedSolver):
         return _clip_disc(y)
 
 
-class OttAntonsenSolution(eqx.Module):
+class OttAntonsenSolution(Solution):
     """A solution of the Ott–Antonsen ODE.
 
     **Fields:**
@@ -96,22 +96,13 @@ class OttAntonsenSolution(eqx.Module):
       before it was clipped back onto the closed disc; rounding-sized in a healthy solve.
     """
 
-    ts: Float[Array, " times"]
     R: Complex[Array, " times"]
-    result: RESULTS
-    num_steps: Int[Array, ""]
-    num_accepted_steps: Int[Array, ""]
-    num_rejected_steps: Int[Array, ""]
     disc_overshoot: Float[Array, ""]
 
     @property
     def final(self) -> Complex[Array, ""]:
         """`R₂` at the last save time."""
         return self.R[-1]
-
-    @property
-    def successful(self):
-        return self.result == RESULTS.successful
 
 
 def _oa_rhs(t, y, args):
@@ -163,9 +154,7 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
             ts=ts,
             R=R,
             result=result,
-            num_steps=sol.stats["num_steps"],
-            num_accepted_steps=sol.stats["num_accepted_steps"],
-            num_rejected_steps=sol.stats["num_rejected_steps"],
+            **step_statistics(sol),
             disc_overshoot=overshoot,
         ),
         outside,

@@ -15,6 +15,7 @@ from ._vector_field import AttentionDynamics, _is_concrete
 __all__ = [
     "RESULTS",
     "ProjectedSolver",
+    "Solution",
     "SphereProjection",
     "Trajectory",
     "simulate",
@@ -110,7 +111,29 @@ class SphereProjection(ProjectedSolver):
         return normalise(y), jnp.max(jnp.abs(safe_norm(y) - 1))
 
 
-class Trajectory(eqx.Module):
+class Solution(eqx.Module):
+    """What every jaxattn solve returns besides its states: save times, the `RESULTS`
+    code and diffrax's step statistics. Subclassed by `Trajectory` (particles),
+    `OttAntonsenSolution` and `WatanabeStrogatzSolution`."""
+
+    ts: Float[Array, " times"]
+    result: RESULTS
+    num_steps: Int[Array, ""]
+    num_accepted_steps: Int[Array, ""]
+    num_rejected_steps: Int[Array, ""]
+
+    @property
+    def successful(self) -> Bool[Array, ""]:
+        """`result == RESULTS.successful` (per member under `vmap`)."""
+        return self.result == RESULTS.successful
+
+
+def step_statistics(sol: diffrax.Solution) -> dict:
+    """The step counts of a diffrax solution, as keyword arguments of `Solution`."""
+    return {k: sol.stats[k] for k in ("num_steps", "num_accepted_steps", "num_rejected_steps")}
+
+
+class Trajectory(Solution):
     """A solution of the attention flow.
 
     **Fields:**
@@ -129,12 +152,7 @@ class Trajectory(eqx.Module):
       normalised before solving).
     """
 
-    ts: Float[Array, " times"]
     xs: Float[Array, "times n d"]
-    result: RESULTS
-    num_steps: Int[Array, ""]
-    num_accepted_steps: Int[Array, ""]
-    num_rejected_steps: Int[Array, ""]
     sphere_deviation: Float[Array, ""]
     initial_deviation: Float[Array, ""]
 
@@ -142,10 +160,6 @@ class Trajectory(eqx.Module):
     def final(self) -> Float[Array, "n d"]:
         """Tokens at the last save time, shape `(n, d)`."""
         return self.xs[-1]
-
-    @property
-    def successful(self) -> Bool[Array, ""]:
-        return self.result == RESULTS.successful
 
 
 def check_tokens(x0, d: int | None = None, *, name: str = "x0"):
@@ -256,9 +270,7 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
         ts=ts,
         xs=xs.astype(dtype),
         result=result,
-        num_steps=sol.stats["num_steps"],
-        num_accepted_steps=sol.stats["num_accepted_steps"],
-        num_rejected_steps=sol.stats["num_rejected_steps"],
+        **step_statistics(sol),
         sphere_deviation=jnp.where(invalid, jnp.nan, deviation),
         initial_deviation=jnp.max(jnp.abs(norms - 1)),
     )

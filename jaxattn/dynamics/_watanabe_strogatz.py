@@ -41,11 +41,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Complex, Float, Int
+from jaxtyping import Array, Bool, Complex, Float
 
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection, _check_times, _clip_disc
-from ._solve import RESULTS
+from ._solve import RESULTS, Solution, step_statistics
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -319,7 +319,7 @@ def watanabe_strogatz_reconstruct(
     return 0.5 * phase + jnp.angle(1 + zeta * jnp.exp(-1j * phase)).astype(phase.dtype)
 
 
-class WatanabeStrogatzSolution(eqx.Module):
+class WatanabeStrogatzSolution(Solution):
     """A solution of the Watanabe–Strogatz equations.
 
     **Fields:**
@@ -336,14 +336,9 @@ class WatanabeStrogatzSolution(eqx.Module):
     `R₂(t)`.
     """
 
-    ts: Float[Array, " times"]
     zeta: Complex[Array, " times"]
     Psi: Float[Array, " times"]
     constants: WatanabeStrogatzConstants
-    result: RESULTS
-    num_steps: Int[Array, ""]
-    num_accepted_steps: Int[Array, ""]
-    num_rejected_steps: Int[Array, ""]
     disc_overshoot: Float[Array, ""]
 
     def angles(self) -> Float[Array, "times n"]:
@@ -354,10 +349,6 @@ class WatanabeStrogatzSolution(eqx.Module):
         """`R₂(t) = (1/n) Σ_k M_t(w_k)`, shape `(times,)`."""
         v = jnp.exp(1j * (self.Psi[:, None] + self.constants.psi))
         return jnp.mean(_mobius(self.zeta[:, None], v), axis=-1)
-
-    @property
-    def successful(self):
-        return self.result == RESULTS.successful
 
 
 def _ws_rhs(t, y, args):
@@ -413,9 +404,7 @@ def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps
         Psi=ys[:, 2],
         constants=consts,
         result=result,
-        num_steps=sol.stats["num_steps"],
-        num_accepted_steps=sol.stats["num_accepted_steps"],
-        num_rejected_steps=sol.stats["num_rejected_steps"],
+        **step_statistics(sol),
         disc_overshoot=jnp.where(invalid, jnp.nan, sol.solver_state[1]),
     )
 
