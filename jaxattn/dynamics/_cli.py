@@ -171,13 +171,17 @@ def _progress(msg: str) -> None:
 
 
 def run(args) -> int:
+    import jax
+
+    # float64 for this command only, without touching the global setting.
+    with jax.enable_x64(not args.float32):
+        return _run(args)
+
+
+def _run(args) -> int:
     t_start = time.perf_counter()
     pre, A, V, beta, t1 = _resolve(args)
     import jax
-
-    if not args.float32:
-        # the command's own choice, made when it runs (importing jaxattn changes nothing)
-        jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
     from tqdm.auto import tqdm
 

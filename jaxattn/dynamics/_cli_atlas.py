@@ -34,9 +34,14 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     import jax
 
-    # The command (not the package import) chooses float64 for its own process.
-    if not args.float32:
-        jax.config.update("jax_enable_x64", True)
+    # float64 for this command only, without touching the global setting.
+    with jax.enable_x64(not args.float32):
+        return _run_atlas(args)
+
+
+def _run_atlas(args) -> int:
+    import jax
+
     from ._atlas import run_atlas
 
     t = time.perf_counter()
