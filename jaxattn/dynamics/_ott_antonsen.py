@@ -20,7 +20,7 @@ from jaxtyping import Array, Complex, Float, PRNGKeyArray
 
 from .._custom_types import Matrix
 from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
-from ._solve import RESULTS, ProjectedSolver, Solution, step_statistics
+from ._solve import RESULTS, ProjectedSolver, Solution, save_times, step_statistics
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -161,17 +161,6 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
     )
 
 
-def _check_times(where, ts, t0, t1, num_save, dtype):
-    if t1 is None:
-        raise ValueError(f"{where}: t1 is required.")
-    if ts is None:
-        return jnp.linspace(t0, t1, int(num_save), dtype=dtype)
-    ts = jnp.asarray(ts, dtype=dtype)
-    if ts.ndim != 1 or ts.shape[0] == 0:
-        raise ValueError(f"{where}: ts must be a non-empty 1-d array, got shape {ts.shape}.")
-    return ts
-
-
 def solve_ott_antonsen(
     A: Float[Array, "2 2"],
     V: Float[Array, "2 2"],
@@ -241,7 +230,7 @@ def solve_ott_antonsen(
                 f"closed unit disc."
             )
     dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
-    ts = _check_times(where, ts, t0, t1, num_save, dtype)
+    ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol, outside = _solve_oa(
         A.astype(dtype),
         V.astype(dtype),

@@ -276,29 +276,46 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     )
 
 
-def _check_times_and_tolerances(t0, t1, ts, rtol, atol, max_steps):
-    """Trace-time checks of the time interval and tolerances (concrete values only)."""
+def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_steps=None):
+    """Check the time interval, save times and tolerances of a solve; build default `ts`.
+
+    Shared by `simulate`, `solve_ott_antonsen` and `solve_watanabe_strogatz`. Concrete values
+    are checked (traced ones cannot be): `t0`, `t1` finite with `t1 > t0`, `ts` a non-empty
+    1-d array, finite, non-decreasing and inside `[t0, t1]`, `rtol`, `atol` finite and
+    positive, `max_steps ≥ 1`.
+
+    **Returns:** `ts` as an array of `dtype` (default: `num_save` equally spaced times).
+
+    **Raises:** `ValueError` naming the argument, prefixed with `where`.
+    """
     if t1 is None:
-        raise ValueError("simulate: t1 is required.")
+        raise ValueError(f"{where}: t1 is required.")
     for name, value in (("t0", t0), ("t1", t1)):
         if _is_concrete(value) and not np.isfinite(np.asarray(value)).all():
-            raise ValueError(f"simulate: {name} must be finite, got {value}.")
+            raise ValueError(f"{where}: {name} must be finite, got {value}.")
     if _is_concrete(t0) and _is_concrete(t1) and not float(t1) > float(t0):
-        raise ValueError(f"simulate: need t1 > t0 (forward time), got t0={t0}, t1={t1}.")
-    if ts is not None and _is_concrete(ts):
+        raise ValueError(f"{where}: need t1 > t0 (forward time), got t0={t0}, t1={t1}.")
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and _is_concrete(value):
+            if not (np.isfinite(float(value)) and float(value) > 0):
+                raise ValueError(f"{where}: {name} must be a finite positive number, got {value}.")
+    if max_steps is not None and int(max_steps) < 1:
+        raise ValueError(f"{where}: max_steps must be >= 1, got {max_steps}.")
+    if ts is None:
+        return jnp.linspace(t0, t1, int(num_save), dtype=dtype)
+    ts = jnp.asarray(ts, dtype=dtype)
+    if ts.ndim != 1 or ts.shape[0] == 0:
+        raise ValueError(f"{where}: ts must be a non-empty 1-d array, got shape {ts.shape}.")
+    if _is_concrete(ts):
         tsn = np.asarray(ts, dtype=np.float64)
-        if tsn.size and (
+        if (
             not np.isfinite(tsn).all()
             or np.any(np.diff(tsn) < 0)
             or (_is_concrete(t0) and tsn[0] < float(t0))
             or (_is_concrete(t1) and tsn[-1] > float(t1))
         ):
-            raise ValueError("simulate: ts must be finite, non-decreasing and inside [t0, t1].")
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if _is_concrete(value) and not (np.isfinite(float(value)) and float(value) > 0):
-            raise ValueError(f"simulate: {name} must be a finite positive number, got {value}.")
-    if int(max_steps) < 1:
-        raise ValueError(f"simulate: max_steps must be >= 1, got {max_steps}.")
+            raise ValueError(f"{where}: ts must be finite, non-decreasing and inside [t0, t1].")
+    return ts
 
 
 def simulate(
@@ -386,13 +403,9 @@ def simulate(
                 f"Pass score_shift={bound:.4g} to AttentionDynamics (`--score-shift` on the "
                 f"command line; time is then rescaled by exp(score_shift)) or use float64."
             )
-    _check_times_and_tolerances(t0, t1, ts, rtol, atol, max_steps)
-    if ts is None:
-        ts = jnp.linspace(t0, t1, int(num_save), dtype=dtype)
-    else:
-        ts = jnp.asarray(ts, dtype=dtype)
-        if ts.ndim != 1 or ts.shape[0] == 0:
-            raise ValueError(f"simulate: ts must be a non-empty 1-d array, got shape {ts.shape}.")
+    ts = save_times(
+        "simulate", ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps
+    )
     traj = _solve(
         field,
         x0,

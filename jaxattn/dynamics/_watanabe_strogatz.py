@@ -44,8 +44,8 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
-from ._ott_antonsen import DiscProjection, _check_times, _clip_disc
-from ._solve import RESULTS, Solution, step_statistics
+from ._ott_antonsen import DiscProjection, _clip_disc
+from ._solve import RESULTS, Solution, save_times, step_statistics
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -474,7 +474,7 @@ def solve_watanabe_strogatz(
     theta0 = _check_angles(where, "theta0", theta0)
     dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, theta0.dtype, float)
     consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=max_iter)
-    ts = _check_times(where, ts, t0, t1, num_save, dtype)
+    ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol = _solve_ws(
         A.astype(dtype),
         V.astype(dtype),
