@@ -48,9 +48,10 @@ class ProjectedSolver(diffrax.AbstractWrappedSolver):
 
     Subclasses implement `project(y) -> (y_projected, distance)`. The solver state carries
     the largest `distance` met so far (how far single steps strayed before projection).
-    The vector fields used with these solvers are evaluated at the projected point, so they
-    are unchanged by the map and FSAL stages stay valid; the error estimate is that of the
-    wrapped solver.
+    The vector fields should be smooth across the invariant set (the attention field
+    normalises the tokens; the disc reductions are rational in `ζ`), so that the error
+    estimate of the wrapped solver stays meaningful; an FSAL stage reused after a
+    projection is off by the projected distance, rounding-sized in a healthy solve.
     """
 
     solver: eqx.AbstractVar[diffrax.AbstractSolver]

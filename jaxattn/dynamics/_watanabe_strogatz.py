@@ -44,7 +44,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Complex, Float
 
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
-from ._ott_antonsen import DiscProjection, _clip_disc
+from ._ott_antonsen import DiscProjection
 from ._solve import RESULTS, Solution, save_times, step_statistics
 from ._vector_field import _is_concrete
 
@@ -354,9 +354,9 @@ class WatanabeStrogatzSolution(Solution):
 def _ws_rhs(t, y, args):
     del t
     A, V, beta, psi = args
-    yc, _ = _clip_disc(y)
-    zeta = yc[0] + 1j * yc[1]
-    v = jnp.exp(1j * (yc[2] + psi))
+    # Raw state (smooth across |ζ| = 1); `DiscProjection` clips after each step.
+    zeta = y[0] + 1j * y[1]
+    v = jnp.exp(1j * (y[2] + psi))
     R = jnp.mean(_mobius(zeta, v))
     omega, Ht = doubled_phase_forcing(R, A, V, beta)
     f = 0.5 * Ht
