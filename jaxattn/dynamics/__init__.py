@@ -86,6 +86,9 @@ from ._regimes import (
     classify_regime as classify_regime,
 )
 from ._regimes import (
+    classify_tokens as classify_tokens,
+)
+from ._regimes import (
     cluster_structure as cluster_structure,
 )
 from ._regimes import (
@@ -120,9 +123,6 @@ from ._sweep import (
 )
 from ._sweep import (
     SweepResult as SweepResult,
-)
-from ._sweep import (
-    classify_moments as classify_moments,
 )
 from ._sweep import (
     sweep as sweep,

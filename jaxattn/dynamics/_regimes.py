@@ -25,6 +25,7 @@ __all__ = [
     "REGIMES",
     "RegimeEvidence",
     "classify_regime",
+    "classify_tokens",
     "classify_order_parameter",
     "regime_name",
     "clustering_gap",
@@ -76,7 +77,8 @@ class RegimeEvidence(eqx.Module):
       `ρ = sqrt((d tr Q² − 1)/(d − 1))`, `Q = XᵀX/n`, which equals `|R₂|` in d = 2).
     - `final_gap`: `1 − ρ²` at the last time (zero exactly on one antipodal pair).
     - `gap_decay`: e-folds by which the gap fell between the first and last third of the
-      late window (≥ 3 plus a steady rate is read as geometric convergence).
+      late window (≥ 2 plus a steady rate, or ≥ 2 ending at the floor, is read as geometric
+      convergence).
     - `gap_rate_ratio`: decay rate of `log gap` over the second interval divided by that over
       the first (≈ 1 for geometric convergence, < 0.9 for algebraic `t^{-p}`).
     - `motion_decay`, `motion_rate_ratio`: the same two numbers for the motion (mean token
@@ -147,11 +149,6 @@ def _relative_change(a, b):
     return jnp.where(ok, jnp.abs(b - a) / jnp.where(ok, scale, 1), 0)
 
 
-def _safe_log(x, floor):
-    big = x > floor
-    return jnp.log(jnp.where(big, x, floor))
-
-
 def _safe_angle(z):
     re, im = jnp.real(z), jnp.imag(z)
     ok = (re * re + im * im) > 0
@@ -177,10 +174,17 @@ def _thirds(x):
     return x[..., :a], x[..., a:b], x[..., b:]
 
 
-def _rate_evidence(ts, log_y):
-    """E-folds of decay and the ratio of the later to the earlier decay rate of `log y`."""
+def _rate_evidence(ts, y, floor):
+    """E-folds of decay of a positive series `y` (floored at `floor`) between the first and
+    last third of the window, and the ratio of the later to the earlier decay rate.
+
+    Each third is summarised by the log of its mean: exact for geometric decay (equal-length
+    thirds of equally spaced samples shift by the same factor), and not thrown off by an
+    oscillating series that passes close to zero, as a mean of logs would be.
+    """
     t1, t2, t3 = _thirds(ts)
-    l1, l2, l3 = (jnp.mean(p) for p in _thirds(log_y))
+    floored = jnp.where(y > floor, y, floor)
+    l1, l2, l3 = (jnp.log(jnp.mean(p)) for p in _thirds(floored))
     c1, c2, c3 = jnp.mean(t1), jnp.mean(t2), jnp.mean(t3)
     rate_a = _safe_div(l1 - l2, c2 - c1)
     rate_b = _safe_div(l2 - l3, c3 - c2)
@@ -234,8 +238,7 @@ def _decide(
     mstart = max(start - 1, 0)
     tmw, mw = tm[mstart:], motion[mstart:]
 
-    log_gap = _safe_log(gw, gap_floor)
-    gap_decay, gap_ratio = _rate_evidence(tw, log_gap)
+    gap_decay, gap_ratio = _rate_evidence(tw, gw, gap_floor)
     motion_scale = jnp.max(jnp.where(jnp.isfinite(motion), motion, 0))
     # At rest = moving less than `rest_tol` radians per save interval, or less than
     # `rest_tol` times the largest motion seen. Dense output between the solver's (large, at
@@ -245,16 +248,22 @@ def _decide(
         rest_tol = max(1e-5, 10 * float(np.sqrt(eps)))
     mean_dt = (ts[-1] - ts[0]) / (ts.shape[0] - 1)
     motion_floor = rest_tol * jnp.maximum(motion_scale, 1 / mean_dt)
-    log_motion = _safe_log(mw, motion_floor)
-    motion_decay, motion_ratio = _rate_evidence(tmw, log_motion)
+    motion_decay, motion_ratio = _rate_evidence(tmw, mw, motion_floor)
     final_motion = jnp.mean(_thirds(mw)[2])
     final_gap = gw[-1]
 
     steady = lambda ratio: (ratio > 0.9) & (ratio < 1.5)
     at_floor = jnp.max(jnp.abs(_thirds(gw)[2])) <= gap_floor
-    clustered = at_floor | ((gap_decay >= 3) & steady(gap_ratio))
-    at_rest = (final_motion <= motion_floor) | ((motion_decay >= 3) & steady(motion_ratio))
-    persistent = (final_motion > motion_floor) & (jnp.abs(motion_decay) < 0.25)
+    # Geometric convergence: ≥ 2 e-folds across the window at a steady rate (an algebraic
+    # t^-p approach slows down, ratio < 0.9), or ≥ 2 e-folds that end at the floor (the
+    # rate looks unsteady only because the series stopped at rounding level).
+    efolds = 2.0
+    reached = jnp.abs(final_gap) <= gap_floor
+    clustered = at_floor | ((gap_decay >= efolds) & (steady(gap_ratio) | reached))
+    at_rest = (final_motion <= motion_floor) | ((motion_decay >= efolds) & steady(motion_ratio))
+    # not decaying (a slow growth, e.g. the beat of a finite-n quasi-periodic orbit, is fine;
+    # an orbit leaving its amplitude band is caught by `sustained`)
+    persistent = (final_motion > motion_floor) & (motion_decay < 0.25)
 
     sw = signal[start:]
     sw = sw - jnp.mean(sw)
@@ -265,7 +274,13 @@ def _decide(
     spread = jnp.min(gw) > 100 * gap_floor
     gap_stable = jnp.abs(gap_decay) < 0.05
     period = jnp.where(p2p > 100 * gap_floor, period, jnp.nan)
-    sustained = (count >= 4) & (amp_ratio > 0.7) & (amp_ratio < 1 / 0.7) & (p2p > 100 * gap_floor)
+    recurrent = (count >= 3) & (p2p > 100 * gap_floor)
+    # Sustained: a periodic signal with an undamped amplitude, or (quasi-periodic motion,
+    # e.g. many incommensurate blocks in high d) a recurrent signal while the gap holds
+    # still and the motion keeps a steady level.
+    periodic = (amp_ratio > 0.7) & (amp_ratio < 1 / 0.7)
+    steady_motion = gap_stable & (jnp.abs(motion_decay) < 0.1)
+    sustained = recurrent & (periodic | steady_motion)
 
     is_cluster = clustered & at_rest
     is_rotating = clustered & ~at_rest & persistent
@@ -331,34 +346,64 @@ def clustering_gap(xs: Float[Array, "... n d"]) -> Float[Array, "..."]:
     return d * (1 - trq2) / (d - 1)
 
 
+def _circle_cluster_structure(x, cluster_tol):
+    """d = 2: groups of sorted token angles without a gap wider than the tolerance; O(n log n)."""
+    n = x.shape[0]
+    tol = 2 * float(np.arcsin(min(cluster_tol / 2, 1.0)))  # chordal -> angular distance
+    two_pi = 2 * jnp.pi
+    phi = jnp.sort(jnp.mod(jnp.arctan2(x[:, 1], x[:, 0]), two_pi))
+    gaps = jnp.diff(jnp.concatenate([phi, phi[:1] + two_pi]))  # gap k: point k to k + 1
+    breaks = gaps >= tol
+    num = jnp.where(jnp.any(breaks), jnp.sum(breaks), 1)
+    starts = jnp.roll(breaks, 1)  # point k opens a group when the gap before it is a break
+    # Does the antipode of a group's first point fall on (or within) another group?
+    target = jnp.mod(phi + jnp.pi, two_pi)
+    idx = jnp.searchsorted(phi, target)
+    right = jnp.where(idx < n, phi[jnp.minimum(idx, n - 1)], phi[0] + two_pi)
+    left = jnp.where(idx > 0, phi[jnp.maximum(idx - 1, 0)], phi[n - 1] - two_pi)
+    near = jnp.minimum(right - target, target - left) < tol
+    inside = ~breaks[(idx - 1) % n]
+    partnered = jnp.sum(starts & (near | inside))
+    pairs = jnp.where(jnp.any(breaks), partnered // 2, 0)
+    return num, pairs
+
+
 def cluster_structure(
     x: Float[Array, "n d"], *, cluster_tol: float = 1e-3
 ) -> tuple[Int[Array, ""], Int[Array, ""]]:
     """Number of clusters and of antipodal cluster pairs of a token configuration.
 
-    Token `k` starts a cluster if no token `j < k` is within chordal distance `cluster_tol`
-    of it; a cluster has an antipodal partner if some other cluster's first token is within
-    `cluster_tol` of `−x_k`. Exact for well-separated tight clusters.
+    d > 2: token `k` starts a cluster if no token `j < k` is within chordal distance
+    `cluster_tol` of it; a cluster has an antipodal partner if some other cluster's first
+    token is within `cluster_tol` of `−x_k` (O(n²) memory). d = 2: a cluster is a run of the
+    sorted angles with no gap of `cluster_tol` or more (angular distance for the chordal
+    one), an antipodal pair two clusters whose first points sit within `cluster_tol` of
+    each other's antipode (O(n log n), so sweeps with n = 10⁴ stay cheap). Both agree
+    for tight, well-separated clusters; the d = 2 rule chains points closer than the
+    tolerance, so a dense spread-out configuration counts as few wide clusters.
 
     **Arguments:** `x` tokens of shape `(n, d)`; `cluster_tol` a chordal distance.
 
-    **Returns:** `(num_clusters, antipodal_pairs)` as int32 scalars.
+    **Returns:** `(num_clusters, antipodal_pairs)` as int32 scalars (zero for NaN tokens).
     """
     x = normalise(x)
-    n = x.shape[0]
-    G = x @ x.T
-    tol2 = cluster_tol**2
-    near = (2 - 2 * G) < tol2
-    anti = (2 + 2 * G) < tol2
-    lower = jnp.tril(jnp.ones((n, n), bool), k=-1)
-    leader = ~jnp.any(near & lower, axis=1)
-    num = jnp.sum(leader)
-    pair = leader & jnp.any(anti & lower & leader[None, :], axis=1)
+    n, d = x.shape
+    if d == 2:
+        num, pairs = _circle_cluster_structure(x, cluster_tol)
+    else:
+        G = x @ x.T
+        tol2 = cluster_tol**2
+        near = (2 - 2 * G) < tol2
+        anti = (2 + 2 * G) < tol2
+        lower = jnp.tril(jnp.ones((n, n), bool), k=-1)
+        leader = ~jnp.any(near & lower, axis=1)
+        num = jnp.sum(leader)
+        pairs = jnp.sum(leader & jnp.any(anti & lower & leader[None, :], axis=1))
     # a NaN configuration has no clusters
     ok = jnp.all(jnp.isfinite(x))
     return (
         jnp.where(ok, num, 0).astype(jnp.int32),
-        jnp.where(ok, jnp.sum(pair), 0).astype(jnp.int32),
+        jnp.where(ok, pairs, 0).astype(jnp.int32),
     )
 
 
@@ -375,13 +420,14 @@ def classify_order_parameter(
     With the gap `g = 1 − |R₂|²` and the motion `m = |dR₂/dt|` (finite differences) over
     the late `window` of the series:
 
-    - `clustering` (Type 1): `g → 0` geometrically (≥ 3 e-folds at a steady rate, or down
+    - `clustering` (Type 1): `g → 0` geometrically (≥ 2 e-folds at a steady rate, or down
       to rounding level) and `m → 0` geometrically;
     - `rotating` (Type 2): `g → 0` geometrically while `m` stays away from zero and does
-      not decay (less than 0.25 e-folds across the window);
+      not decay (falls by less than 0.25 e-folds across the window);
     - `interior`: `g` constant and away from 0, `m → 0` geometrically;
     - `oscillation` (Type 3): `g` away from 0, `m` not decaying, `Re R₂` crosses its mean
-      at least four times with an undamped amplitude;
+      at least three times with an undamped amplitude (or, for quasi-periodic motion, with
+      `g` holding still and `m` at a steady level: less than 0.1 e-folds either way);
     - otherwise `undetermined` (e.g. `1 − |R₂| ∝ t^{-p}` at a saddle-node).
 
     Jit-, vmap- and grad-safe (no value-dependent Python control flow; safe logs/angles).
@@ -454,11 +500,16 @@ def classify_regime(
     r"""Classify the long-run regime of a particle run, in any dimension d.
 
     The same rate-based rules as `classify_order_parameter`, applied to the clustering gap
-    `g = 1 − ρ²` (`clustering_gap`; `= 1 − |R₂|²` in d = 2) and to the motion `m(t)`, the
-    mean angular speed of the tokens between save times
-    (`m = (1/n) Σ_k dist(x_k(t_i), x_k(t_{i+1})) / Δt`). Rotation is read from a steady
-    nonzero motion (and in d = 2 a steady drift of `arg R₂`); oscillation from the periodic
-    signal `Re R₂` (d = 2) or `g` (d > 2). The cluster structure of the final tokens
+    `g = 1 − ρ²` (`clustering_gap`; `= 1 − |R₂|²` in d = 2) and to a motion `m(t)`: in
+    d = 2 the motion of the order parameter `|dR₂/dt|` (so a particle run and its
+    Ott–Antonsen or Watanabe–Strogatz counterpart are judged by identical rules, and a
+    spread configuration turning rigidly with `R₂` at rest is convergence without
+    clustering); in d > 2 the motion of the moment `Q = XᵀX/n`, `√2 ‖dQ/dt‖_F` (which is
+    `|dR₂/dt|` in d = 2). Rotation is read from a steady nonzero motion on the clustered
+    state; oscillation from the periodic signal `Re R₂` (d = 2) or, in d > 2, the
+    coordinate of `Q` along its largest excursion from its window mean. The tokens' mean
+    angular speed between save times, `(1/n) Σ_k dist(x_k(t_i), x_k(t_{i+1})) / Δt`, is
+    reported as `rotation_rate` in every d. The cluster structure of the final tokens
     (`cluster_structure`) is reported as evidence; clusters are not required to be
     antipodal (USA and SA with `A = V = I` form one cluster).
 
@@ -482,12 +533,37 @@ def classify_regime(
         raise ValueError(
             f"classify_regime: expected a Trajectory, got {type(trajectory).__name__}."
         )
-    ts, xs = trajectory.ts, trajectory.xs
-    if xs.ndim != 3 or xs.shape[0] != ts.shape[-1]:
+    return classify_tokens(
+        trajectory.ts,
+        trajectory.xs,
+        window=window,
+        cluster_tol=cluster_tol,
+        gap_floor=gap_floor,
+        rest_tol=rest_tol,
+    )
+
+
+def classify_tokens(
+    ts: Float[Array, " times"],
+    xs: Float[Array, "times n d"],
+    *,
+    window: float = 0.5,
+    cluster_tol: float = 1e-3,
+    gap_floor: float | None = None,
+    rest_tol: float | None = None,
+) -> tuple[REGIMES, RegimeEvidence]:
+    r"""`classify_regime` for a bare token series: tokens `xs` of shape `(times, n, d)` at
+    times `ts` of shape `(times,)` (e.g. `WatanabeStrogatzSolution.angles()` turned into
+    points of the circle). Same rules, arguments, returns and errors as `classify_regime`.
+    """
+    ts = jnp.asarray(ts)
+    xs = jnp.asarray(xs)
+    if ts.ndim != 1 or xs.ndim != 3 or xs.shape[0] != ts.shape[0]:
         raise ValueError(
             f"classify_regime: xs must have shape (times, n, d) matching ts, got xs "
             f"{xs.shape} and ts {ts.shape}."
         )
+    ts = ts.astype(xs.dtype)
     d = xs.shape[-1]
     xs = normalise(xs)
     gap = clustering_gap(xs)
@@ -500,20 +576,37 @@ def classify_regime(
         drift_rate, drift_change = _drift(ts, phase, start)
         signal = jnp.real(R2)
         final_order = _safe_sqrt(jnp.real(R2[-1]) ** 2 + jnp.imag(R2[-1]) ** 2)
+        # The rules read the motion of R₂ (as classify_order_parameter does): a spread
+        # configuration turning rigidly at the drift Ω (R₂ at rest inside the disc) is
+        # convergence without clustering, as in the paper; the tokens' own angular speed
+        # is kept as `rotation_rate`.
+        dR = jnp.diff(R2)
+        rule_motion = _safe_sqrt(jnp.real(dR) ** 2 + jnp.imag(dR) ** 2) / dt
     else:
         drift_rate = jnp.asarray(jnp.nan, gap.dtype)
         mstart = max(start - 1, 0)
         mw = motion[mstart:]
         m1, _, m3 = (jnp.mean(p) for p in _thirds(mw))
         drift_change = _relative_change(m1, m3)
-        signal = gap
         final_order = _safe_sqrt(1 - gap[-1])
+        # The motion of the moment Q = XᵀX/n (√2‖dQ/dt‖_F, which is |dR₂/dt| in d = 2), and
+        # as oscillation signal the coordinate of Q along its largest excursion from the
+        # window mean: a tokens' rigid rotation that leaves Q at rest is not motion, and an
+        # orbit of Q shows up even when the clustering gap hardly changes.
+        Q = jnp.einsum("tni,tnj->tij", xs, xs) / xs.shape[-2]
+        dQ = jnp.diff(Q, axis=0)
+        rule_motion = np.sqrt(2) * _safe_sqrt(jnp.sum(dQ * dQ, axis=(-2, -1))) / dt
+        dev = Q - jnp.mean(Q[start:], axis=0)
+        size = jnp.sum(dev * dev, axis=(-2, -1))
+        direction = dev[start + jnp.argmax(size[start:])]
+        norm = _safe_sqrt(jnp.sum(direction * direction))
+        signal = jnp.sum(dev * direction, axis=(-2, -1)) / jnp.where(norm > 0, norm, 1)
     rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0) :])[2])
     num, pairs = cluster_structure(xs[-1], cluster_tol=cluster_tol)
     return _decide(
         ts=ts,
         gap=gap,
-        motion=motion,
+        motion=rule_motion,
         drift_change=drift_change,
         signal=signal,
         final_order=final_order,
