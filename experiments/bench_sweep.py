@@ -10,7 +10,8 @@ Questions answered:
    compared (goal: ≥ 1000× for OA).
 3. Throughput with 1, 2 and 8 host devices (subprocesses with
    `XLA_FLAGS=--xla_force_host_platform_device_count=K`).
-4. Peak memory of `jax.grad` through a solve with n = 256, d = 64, t1 = 100, for
+4. The effect of the XLA CPU flag `CPU_FLAG` on vmapped sweeps (subprocesses).
+5. Peak memory of `jax.grad` through a solve with n = 256, d = 64, t1 = 100, for
    `max_steps` M and 4M (compiled temp-buffer size; goal < 2 GB, growth < 1.5×).
 
 Run: `python experiments/bench_sweep.py [--quick] [--out DIR] [--pairs 512]`.
@@ -33,8 +34,8 @@ import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxattn.dynamics import AttentionDynamics, simulate  # noqa: E402
-from jaxattn.dynamics._sweep import sweep, wrapped_cauchy_angles  # noqa: E402
+from jaxattn.dynamics import AttentionDynamics, sample_wrapped_cauchy, simulate  # noqa: E402
+from jaxattn.dynamics._sweep import sweep  # noqa: E402
 from jaxattn.sphere import sample_uniform  # noqa: E402
 
 
@@ -95,12 +96,19 @@ def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk, small=16)
                                 chunk_size=small, **kw))
     add(f"particles, OA-pilot-grouped chunks of {small}, physical t1", s, pairs, r,
         "members sorted by the step count of an OA pilot sweep")
+    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="pilot",
+                                chunk_size=small, **kw))
+    add(f"particles, natural time + OA-pilot-grouped chunks of {small}", s, pairs, r)
     s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
                                 time_scale="physical", group="none", chunk_size=None, **kw))
     add("Watanabe–Strogatz (exact), plain vmap, physical t1", s, pairs, r)
     s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
                                 time_scale="physical", group="pilot", chunk_size=small, **kw))
     add(f"Watanabe–Strogatz (exact), OA-pilot-grouped chunks of {small}, physical t1", s,
+        pairs, r)
+    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
+                                time_scale="natural", group="pilot", chunk_size=small, **kw))
+    add(f"Watanabe–Strogatz (exact), natural time + OA-pilot-grouped chunks of {small}", s,
         pairs, r)
     s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="ott_antonsen", time_scale="physical",
                                 group="stiffness", chunk_size=chunk, **kw))
@@ -119,7 +127,7 @@ def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk, small=16)
     for i in range(solo_members):
         k_phase, k_tok = jax.random.split(jax.random.key(np.uint32(0)))
         R0 = 0.1 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=jnp.float64))
-        th = wrapped_cauchy_angles(k_tok, n, R0, jnp.float64)
+        th = sample_wrapped_cauchy(k_tok, n, R0, dtype=jnp.float64)
         x0s.append(jnp.stack([jnp.cos(th), jnp.sin(th)], -1))
     jax.block_until_ready(solo(jnp.asarray(A[0]), jnp.asarray(V[0]), x0s[0]))
     t = time.perf_counter()
@@ -169,6 +177,42 @@ sweep(A, V, 1.0, 0, **kw)
 t = time.perf_counter(); sweep(A, V, 1.0, 0, **kw); s = time.perf_counter() - t
 print(json.dumps(dict(devices=len(jax.devices()), seconds=s, members_per_s=len(A) / s)))
 """
+
+
+_FLAG_SCRIPT = """
+import json, sys, time, numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+from jaxattn.dynamics._sweep import sweep
+rng = np.random.default_rng(0)
+A = rng.normal(size=(int(sys.argv[1]), 2, 2)); V = rng.normal(size=A.shape)
+out = {}
+for method in ("particles", "watanabe_strogatz"):
+    kw = dict(n=int(sys.argv[2]), t1=50.0, num_save=101, progress=False, chunk_size=16,
+              time_scale="natural", group="pilot", method=method, rtol=1e-7, atol=1e-9)
+    sweep(A, V, 1.0, 0, **kw)
+    t = time.perf_counter(); sweep(A, V, 1.0, 0, **kw); s = time.perf_counter() - t
+    out[method] = len(A) / s
+print(json.dumps(out))
+"""
+
+# XLA's CPU backend routes the small batched products and size-d reductions of a vmapped
+# particle step to a library path that is slow at these shapes; switching those fusion
+# kinds off (a process-wide XLA flag, so only the user can choose it) is measured here.
+CPU_FLAG = (
+    "--xla_cpu_experimental_ynn_fusion_type="
+    "-LIBRARY_FUSION_TYPE_REDUCE,-LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+)
+
+
+def bench_xla_flag(pairs, n):
+    rows = []
+    for flag in ("", CPU_FLAG):
+        env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + flag).strip())
+        out = subprocess.run([sys.executable, "-c", _FLAG_SCRIPT, str(pairs), str(n)], env=env,
+                             capture_output=True, text=True, check=True)
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(dict(flag=flag or "(none)", **res))
+    return rows
 
 
 def bench_devices(pairs, n, counts=(1, 2, 8)):
@@ -248,7 +292,12 @@ def main(*, quick=False, pairs=512, n=256, t1=50.0, out_dir="bench_out", n_reduc
         report["devices_scaling"] = bench_devices(pairs, n, devices)
         _table(report["devices_scaling"], [lambda r: str(r["devices"]), lambda r: f"{r['members_per_s']:.1f}"],
                ["devices", "members/s"])
-    print("\n== 4. memory of jax.grad through a solve (n = 256, d = 64, t1 = 100)")
+    print(f"\n== 4. XLA CPU fusion flag ({pairs} pairs, n = {n}, natural time, pilot chunks of 16)")
+    report["xla_flag"] = bench_xla_flag(pairs, n)
+    _table(report["xla_flag"], [lambda r: r["flag"][:40], lambda r: f"{r['particles']:.1f}",
+                                lambda r: f"{r['watanabe_strogatz']:.1f}"],
+           ["XLA_FLAGS", "particles m/s", "WS m/s"])
+    print("\n== 5. memory of jax.grad through a solve (n = 256, d = 64, t1 = 100)")
     report["memory"] = bench_memory() + bench_memory(checkpoints=32)
     _table(report["memory"], [lambda r: str(r["max_steps"]),
                               lambda r: "log(max_steps) (default)" if r["checkpoints"] is None else str(r["checkpoints"]),

@@ -8,8 +8,8 @@ import pytest
 
 from jaxattn.dynamics import _bifurcation as bif
 from jaxattn.dynamics import _hamiltonian as ham
+from jaxattn.dynamics import solve_ott_antonsen
 from jaxattn.dynamics._ott_antonsen import ott_antonsen_field
-from jaxattn.dynamics._sweep import solve_ott_antonsen_batchable
 
 I2 = np.eye(2)
 J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
@@ -96,15 +96,8 @@ def test_case3_rotation_rate_matches_circle_integral():
     theory = ham.rotation_rate_on_circle(A, V)
     assert abs(theory - 2 * np.sqrt(2)) < 1e-9  # g(ψ) has mean-inverse 1/(2√2)
     ts = jnp.linspace(0.0, 100.0, 10001)
-    R, res, _ = solve_ott_antonsen_batchable(
-        jnp.asarray(A),
-        jnp.asarray(V),
-        1.0,
-        0.1 + 0j,
-        ts,
-        rtol=1e-11,
-        atol=1e-13,
-        max_steps=100000,
+    sol = solve_ott_antonsen(
+        A, V, 0.1 + 0j, t1=100.0, ts=ts, rtol=1e-11, atol=1e-13, max_steps=100000
     )
-    assert int(res) == 0
-    assert abs(ham.measured_rotation_rate(ts, R) - theory) < 1e-5
+    assert sol.successful
+    assert abs(ham.measured_rotation_rate(ts, sol.R) - theory) < 1e-5

@@ -21,7 +21,7 @@ def test_regimes_notebook_runs_in_quick_mode(tmp_path, monkeypatch):
     ).execute()
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["quick"] is True
-    assert res["cases"]["case3-rotating"]["watanabe_strogatz"] == "rotating_clusters"
+    assert res["cases"]["case3-rotating"]["watanabe_strogatz"] == "rotating"
     assert res["cases"]["case4-oscillating"]["ott_antonsen"] == "oscillation"
     assert res["ws_minus_particles"] < 1e-4
     assert res["case4_map_disagreement_rate"] < 0.1

@@ -12,7 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.dynamics import AttentionDynamics, simulate
+from jaxattn.dynamics import (
+    AttentionDynamics,
+    classify_order_parameter,
+    classify_regime,
+    regime_name,
+    sample_wrapped_cauchy,
+    simulate,
+    solve_ott_antonsen,
+    solve_watanabe_strogatz,
+)
 from jaxattn.dynamics import _sweep as sw
 from jaxattn.dynamics._sweep import REGIME_NAMES, sweep
 
@@ -28,13 +37,7 @@ def case4(v11, v12):
 # Case 4 oscillation and clustering, and Case 1 with negative-definite sym(A).
 CASES_A = np.stack([I2, np.diag([2.0, 1.0]), I2, I2, -I2 + 0.2 * J2])
 CASES_V = np.stack([I2, I2 + J2, case4(0.3, 1.0), case4(1.0, 0.3), I2])
-EXPECTED = [
-    "convergent_clusters",
-    "rotating_clusters",
-    "oscillation",
-    "convergent_clusters",
-    "interior_convergence",
-]
+EXPECTED = ["clustering", "rotating", "oscillation", "clustering", "interior"]
 KW = dict(n=64, t1=100.0, num_save=201, progress=False)
 
 
@@ -49,13 +52,26 @@ def three_methods():
 def test_regimes_of_the_four_cases(three_methods):
     for m, res in three_methods.items():
         assert [REGIME_NAMES[i] for i in res.regime] == EXPECTED, m
+        assert list(res.regime_names) == EXPECTED
         assert not res.failed.any()
-    # Case 3: rotating clusters, |d arg R2 / dt| the same from particles and WS.
-    p, w = three_methods["particles"], three_methods["watanabe_strogatz"]
-    assert abs(p.phase_velocity[1] - w.phase_velocity[1]) < 1e-5
-    assert p.phase_velocity[1] > 1.0
-    # Case 4 oscillation: a period is measured and agrees between particles and WS.
-    assert np.isfinite(p.period[2]) and abs(p.period[2] - w.period[2]) < 1e-5
+    p, w, oa = (three_methods[m] for m in ("particles", "watanabe_strogatz", "ott_antonsen"))
+    # Case 3: rotating clusters; d arg R2 / dt equal from particles and WS, and twice the
+    # tokens' own angular speed (two rigid antipodal clusters).
+    drift_p, drift_w = p.evidence["drift_rate"][1], w.evidence["drift_rate"][1]
+    assert abs(drift_p - drift_w) < 1e-6 and abs(drift_p) > 1.0
+    assert abs(abs(drift_p) - 2 * p.evidence["rotation_rate"][1]) < 1e-3 * abs(drift_p)
+    # Case 4 oscillation: a period is measured and agrees between particles and WS, and
+    # with the Ott–Antonsen orbit of the same R2(0) to within the finite-n wobble.
+    per_p, per_w, per_oa = (r.evidence["period"][2] for r in (p, w, oa))
+    assert np.isfinite(per_p) and abs(per_p - per_w) < 1e-6
+    assert abs(per_p - per_oa) < 0.05 * per_oa
+    # The token classifier sees the cluster structure the R2 series cannot: two antipodal
+    # clusters for the clustering and rotating cases, a spread configuration otherwise.
+    for r in (p, w):
+        np.testing.assert_array_equal(r.evidence["num_clusters"][[0, 1, 3]], 2)
+        np.testing.assert_array_equal(r.evidence["antipodal_pairs"][[0, 1, 3]], 1)
+        assert np.all(r.evidence["num_clusters"][[2, 4]] > 10)
+    assert np.all(oa.evidence["num_clusters"] == -1)
 
 
 def test_watanabe_strogatz_equals_particles(three_methods):
@@ -65,20 +81,50 @@ def test_watanabe_strogatz_equals_particles(three_methods):
     assert err < 1e-7, err  # t1 = 100 at rtol 1e-10
 
 
-def test_sweep_member_equals_direct_simulate(three_methods):
-    # Rebuild member 2's initial tokens and solve it alone with simulate.
-    p = three_methods["particles"]
-    key = jax.random.key(np.uint32(3))
+def _member_tokens(seed, n):
+    key = jax.random.key(np.uint32(seed))
     k_phase, k_tok = jax.random.split(key)
     R0 = 0.1 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=jnp.float64))
-    th = sw.wrapped_cauchy_angles(k_tok, 64, R0, jnp.float64)
+    return R0, sample_wrapped_cauchy(k_tok, n, R0, dtype=jnp.float64)
+
+
+def test_sweep_member_equals_its_hand_made_run(three_methods):
+    # Rebuild member 2's initial state, solve it alone with the public solvers and
+    # classifiers: the sweep runs exactly these, member by member.
+    R0, th = _member_tokens(3, 64)
     x0 = jnp.stack([jnp.cos(th), jnp.sin(th)], -1)
+    p = three_methods["particles"]
     rate = float(p.rate[2])
-    f = AttentionDynamics(CASES_A[2], CASES_V[2] / rate, beta=1.0)
-    tr = simulate(f, x0, t1=100.0, ts=jnp.linspace(0, 100.0, 201), rtol=1e-10, atol=1e-12)
+    assert abs(rate - np.linalg.norm(CASES_V[2], 2)) < 1e-12
+    ts = jnp.linspace(0, 100.0, 201)
+    kw = dict(t1=100.0, ts=ts, rtol=1e-10, atol=1e-12)
+    A, Vs = CASES_A[2], CASES_V[2] / rate
+    tr = simulate(AttentionDynamics(A, Vs, beta=1.0), x0, **kw)
     R2 = jnp.mean((tr.xs[..., 0] + 1j * tr.xs[..., 1]) ** 2, -1)
     assert np.max(np.abs(np.asarray(R2) - p.R2[2])) < 1e-12
-    assert abs(rate - np.linalg.norm(CASES_V[2], 2)) < 1e-12
+    regime, ev = classify_regime(tr)
+    assert regime_name(regime) == p.regime_names[2] == "oscillation"
+    assert abs(float(ev.period) / rate - p.evidence["period"][2]) < 1e-12
+    ws = solve_watanabe_strogatz(A, Vs, th, **kw)
+    w = three_methods["watanabe_strogatz"]
+    np.testing.assert_allclose(np.asarray(ws.order_parameter()), w.R2[2], rtol=0, atol=1e-12)
+    oa = solve_ott_antonsen(A, Vs, R0, **kw)
+    regime, _ = classify_order_parameter(ts, oa.R)
+    np.testing.assert_allclose(np.asarray(oa.R), three_methods["ott_antonsen"].R2[2], atol=1e-12)
+    assert regime_name(regime) == three_methods["ott_antonsen"].regime_names[2]
+
+
+def test_one_cluster_is_told_from_an_antipodal_pair():
+    # USA with A = V = I gathers all tokens into one cluster, LSA into an antipodal pair
+    # (MATH.md); both have |R2| -> 1, which alone cannot tell them apart.
+    kw = dict(n=24, t1=60.0, num_save=121, progress=False, init="uniform")
+    usa = sweep(I2, I2, 1.0, 5, kernel="usa", **kw)
+    lsa = sweep(I2, I2, 1.0, 5, kernel="lsa", **kw)
+    for r in (usa, lsa):
+        assert r.regime_names[0] == "clustering"
+        assert abs(r.order[0, -1] - 1) < 1e-8
+    assert (usa.evidence["num_clusters"][0], usa.evidence["antipodal_pairs"][0]) == (1, 0)
+    assert (lsa.evidence["num_clusters"][0], lsa.evidence["antipodal_pairs"][0]) == (2, 1)
 
 
 def test_compiles_once_per_shape():
@@ -188,8 +234,10 @@ def test_interrupted_sweep_resumes_and_loses_nothing(tmp_path):
     )
     assert seen == [False, False, True]
     assert res.chunks_loaded == 2 and res.chunks_computed == 1
-    for k in ("regime", "R2", "order_final", "period", "result"):
+    for k in ("regime", "R2", "result"):
         np.testing.assert_array_equal(getattr(res, k), getattr(full, k))
+    for k in ("final_order", "period", "num_clusters"):
+        np.testing.assert_array_equal(res.evidence[k], full.evidence[k])
     # A different sweep in the same folder is refused.
     with pytest.raises(ValueError, match="different sweep"):
         sweep(A, V, 2.0, np.arange(6), out_dir=tmp_path, **kw)

@@ -28,7 +28,7 @@ import numpy as np
 import optimistix as optx
 
 from ._circle import kuramoto_daido_coupling
-from ._sweep import solve_ott_antonsen_batchable
+from ._ott_antonsen import solve_ott_antonsen
 
 __all__ = [
     "case4_hamiltonian",
@@ -138,16 +138,10 @@ def case4_orbit(
     """
     A, V = _case4(v11, v12)
     ts = jnp.linspace(0.0, t1, num_save, dtype=A.dtype)
-    R, result, steps = solve_ott_antonsen_batchable(
-        A,
-        V,
-        jnp.asarray(beta, A.dtype),
-        jnp.asarray(R0),
-        ts,
-        rtol=rtol,
-        atol=atol,
-        max_steps=1 << 20,
+    sol = solve_ott_antonsen(
+        A, V, R0, beta=beta, t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=1 << 20, throw=False
     )
+    R, result, steps = sol.R, sol.result._value, sol.num_steps
     H = case4_hamiltonian(R, v11, v12)
     H = np.asarray(H)
     return dict(

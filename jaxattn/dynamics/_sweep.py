@@ -6,9 +6,15 @@ Three ways to run a member (`method=`):
 
 - `"particles"`: the full particle flow (`simulate`), any `d`, any kernel.
 - `"ott_antonsen"` (d = 2, LSA): the closed ODE for `R₂` on the wrapped-Cauchy manifold.
-- `"watanabe_strogatz"` (d = 2, LSA): the exact finite-`n` reduction — three real ODEs
-  (Möbius parameters `z`, `α`) plus the `n` constants `ζ_k`; `R₂(t)` equals the particle
-  value to solver tolerance at a cost independent of the step count in `n`.
+- `"watanabe_strogatz"` (d = 2, LSA): the exact finite-`n` reduction
+  (`solve_watanabe_strogatz`: three real ODEs for the Möbius parameters plus `n`
+  constants); every token is reconstructed, so its regime is read by the same token
+  classifier as a particle run.
+
+Every member runs the package's own solver for its method (`simulate`,
+`solve_ott_antonsen`, `solve_watanabe_strogatz` with `throw=False`) and is classified by
+`classify_tokens` (particles, WS) or `classify_order_parameter` (OA), so a sweep member
+and a hand-made run of the same parameters agree.
 
 Lockstep. A `vmap` of an adaptive solve advances the batch in one `while_loop`: every
 member pays for as many loop iterations as the slowest member takes. Two defences are
@@ -16,7 +22,7 @@ built in. (1) `time_scale="natural"` (default) integrates each member in its own
 unit `s = r t` with `r = β ‖A‖₂ ‖V‖₂` (LSA/OA/WS; the bound of the drive), which is
 exactly the substitution `V → V / r` because the field is linear in `V`; every member then
 covers the same number of its own time units, so step counts are alike and the regime
-thresholds below are scale-free. (2) `group="pilot"` (d = 2, LSA) runs the cheap
+rules (read per unit of time) are scale-free. (2) `group="pilot"` (d = 2, LSA) runs the cheap
 Ott–Antonsen ODE of every member first and sorts members by its step count before
 cutting the batch into chunks (`group="stiffness"` sorts by `β‖A‖‖V‖` instead), so
 members of similar stiffness share a chunk. The benchmark `experiments/bench_sweep.py`
@@ -39,7 +45,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -47,34 +52,39 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..sphere import sample_uniform
-from ._circle import kuramoto_daido_coupling
+from ._ott_antonsen import sample_wrapped_cauchy, solve_ott_antonsen
+from ._regimes import (
+    REGIMES,
+    RegimeEvidence,
+    _window_start,
+    classify_order_parameter,
+    classify_tokens,
+    clustering_gap,
+)
 from ._solve import RESULTS, simulate
 from ._vector_field import AttentionDynamics
+from ._watanabe_strogatz import solve_watanabe_strogatz
 
 __all__ = [
     "REGIME_NAMES",
     "SweepResult",
     "sweep",
-    "classify_moments",
-    "moment_features",
-    "solve_ott_antonsen_batchable",
-    "solve_watanabe_strogatz_batchable",
-    "wrapped_cauchy_angles",
     "natural_rate",
     "result_message",
 ]
 
-# Regime codes used by the sweep (same meaning and order as the paper's list in MATH.md).
-REGIME_NAMES = (
-    "convergent_clusters",  # Type 1: |R₂| → 1, arg R₂ → const
-    "rotating_clusters",  # Type 2: |R₂| → 1, arg R₂ keeps turning
-    "oscillation",  # Type 3: persistent oscillation
-    "interior_convergence",  # convergence without clustering
-    "undetermined",
-)
-TYPE1, TYPE2, TYPE3, INTERIOR, UNDETERMINED = range(5)
+# Regime codes of a sweep are the values of `REGIMES`; these are their short names in code
+# order, so `REGIME_NAMES[code]` names a member's regime.
+REGIME_NAMES = tuple(REGIMES._name_to_item)
+UNDETERMINED = int(REGIMES.undetermined._value)
 
 METHODS = ("particles", "ott_antonsen", "watanabe_strogatz")
+
+# Evidence fields (`RegimeEvidence`) that carry a unit of time, converted from the member's
+# natural time back to physical time.
+_RATES = ("final_motion", "drift_rate", "rotation_rate")
+_TIMES = ("period",)
+EVIDENCE_FIELDS = tuple(RegimeEvidence.__dataclass_fields__)
 
 
 def result_message(code: int) -> str:
@@ -83,270 +93,6 @@ def result_message(code: int) -> str:
         if int(item._value) == int(code):
             return name
     return f"code {int(code)}"
-
-
-# ---------------------------------------------------------------------------------------
-# d = 2 reductions in a form that vmaps (fixed shapes, throw=False, per-member results)
-# ---------------------------------------------------------------------------------------
-
-
-def wrapped_cauchy_angles(key, n: int, R0, dtype=None):
-    """Token angles `θ_k = φ_k / 2` with `φ` drawn from the wrapped Cauchy law whose mean
-    resultant is `R0` (complex, `|R0| < 1`): `φ = arg R0 + 2 atan(((1−ρ)/(1+ρ)) tan(π(U−½)))`.
-
-    **Returns:** angles of shape `(n,)`. Source: MATH.md, "Ott–Antonsen".
-    """
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    u = jax.random.uniform(key, (n,), dtype=dtype, minval=1e-7, maxval=1 - 1e-7)
-    rho = jnp.abs(R0)
-    phi = jnp.angle(R0) + 2 * jnp.arctan((1 - rho) / (1 + rho) * jnp.tan(jnp.pi * (u - 0.5)))
-    return (0.5 * phi).astype(dtype)
-
-
-def _to_real(z):
-    return jnp.stack([jnp.real(z), jnp.imag(z)])
-
-
-def _oa_rhs(t, y, args):
-    A, V, beta = args
-    R = y[0] + 1j * y[1]
-    H, Omega = kuramoto_daido_coupling(R, A, V)
-    dR = 1j * beta * Omega * R + 0.5 * beta * (H - jnp.conj(H) * R**2)
-    return _to_real(dR).astype(y.dtype)
-
-
-def _controller(rtol, atol):
-    return diffrax.PIDController(rtol=rtol, atol=atol)
-
-
-def solve_ott_antonsen_batchable(
-    A,
-    V,
-    beta,
-    R0,
-    ts,
-    *,
-    solver: diffrax.AbstractSolver = diffrax.Tsit5(),
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    max_steps: int = 16384,
-    adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
-):
-    r"""Solve the Ott–Antonsen ODE `dR/dt = iβΩ(R)R + (β/2)(H(R) − conj(H(R))R²)` from
-    `R(0) = R0`, saving at `ts` (which starts at 0). Never raises: returns
-    `(R(ts), result_code, num_steps)` so it can be vmapped over members.
-
-    Source: MATH.md Part 1, "Ott–Antonsen"; Ott & Antonsen, Chaos 18 (2008).
-    """
-    dtype = jnp.result_type(A.dtype, float)
-    y0 = _to_real(jnp.asarray(R0)).astype(dtype)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_oa_rhs),
-        solver,
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=None,
-        y0=y0,
-        args=(A, V, beta),
-        saveat=diffrax.SaveAt(ts=ts),
-        stepsize_controller=_controller(rtol, atol),
-        max_steps=max_steps,
-        adjoint=adjoint,
-        throw=False,
-    )
-    R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
-    return R, RESULTS.promote(sol.result)._value, sol.stats["num_steps"]
-
-
-def _mobius(z, alpha, zeta):
-    e = jnp.exp(1j * alpha) * zeta
-    return (e + z) / (1 + jnp.conj(z) * e)
-
-
-def _ws_rhs(t, y, args):
-    A, V, beta, zeta_re = args
-    zeta = zeta_re[0] + 1j * zeta_re[1]
-    z = y[0] + 1j * y[1]
-    alpha = y[2]
-    R = jnp.mean(_mobius(z, alpha, zeta))
-    H, Omega = kuramoto_daido_coupling(R, A, V)
-    f = 0.5 * beta * H
-    omega = beta * Omega
-    dz = 1j * omega * z + f - jnp.conj(f) * z**2
-    dalpha = omega - 2 * jnp.imag(jnp.conj(f) * z)
-    return jnp.stack([jnp.real(dz), jnp.imag(dz), dalpha]).astype(y.dtype)
-
-
-def solve_watanabe_strogatz_batchable(
-    A,
-    V,
-    beta,
-    theta0,
-    ts,
-    *,
-    solver: diffrax.AbstractSolver = diffrax.Tsit5(),
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    max_steps: int = 16384,
-):
-    r"""Exact finite-`n` Watanabe–Strogatz reduction of the d = 2 LSA flow.
-
-    With `w_k = e^{2iθ_k}`, every `w_k` obeys the same Riccati equation
-    `dw/dt = f + iωw − f̄w²` (`f = βH/2`, `ω = βΩ`, MATH.md), so
-    `w_k(t) = (e^{iα}ζ_k + z)/(1 + z̄ e^{iα}ζ_k)` with constants `ζ_k = w_k(0)` and
-
-        dz/dt = iωz + f − f̄ z²,      dα/dt = ω − 2 Im(f̄ z),      z(0) = 0, α(0) = 0
-
-    (`z` is the image of 0; `α` follows from the derivative of the Möbius map at 0).
-    Three real ODEs; each right-hand side costs O(n) for `R₂ = mean w_k`.
-
-    **Returns:** `(R₂(ts), (z, α)(ts), result_code, num_steps)`; never raises.
-
-    Source: Watanabe & Strogatz, Physica D 74 (1994); Marvel, Mirollo & Strogatz,
-    Chaos 19 (2009).
-    """
-    dtype = jnp.result_type(A.dtype, float)
-    zeta = jnp.exp(2j * theta0)
-    zeta_re = jnp.stack([jnp.cos(2 * theta0), jnp.sin(2 * theta0)]).astype(dtype)
-    y0 = jnp.zeros(3, dtype)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_ws_rhs),
-        solver,
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=None,
-        y0=y0,
-        args=(A, V, beta, zeta_re),
-        saveat=diffrax.SaveAt(ts=ts),
-        stepsize_controller=_controller(rtol, atol),
-        max_steps=max_steps,
-        throw=False,
-    )
-    z = sol.ys[:, 0] + 1j * sol.ys[:, 1]
-    alpha = sol.ys[:, 2]
-    R = jax.vmap(lambda zz, aa: jnp.mean(_mobius(zz, aa, zeta)))(z, alpha)
-    return R, (z, alpha), RESULTS.promote(sol.result)._value, sol.stats["num_steps"]
-
-
-# ---------------------------------------------------------------------------------------
-# Regime classification from the second moment C = XᵀX / n (any d)
-# ---------------------------------------------------------------------------------------
-
-
-def moment_features(ts, *, R2=None, xs=None):
-    r"""Scalar series that the regime classifier reads, for any `d`.
-
-    From tokens `xs` (shape `(times, n, d)`): the moment `C(t) = XᵀX/n`, the order
-    `o(t) = 2 λ_max(C) − 1` (= `|R₂|` in d = 2; `o = 1` iff all tokens lie on one antipodal
-    pair `±u`), and the embedding `Y(t) = √2 C(t)` whose Euclidean distances equal
-    `|ΔR₂|` in d = 2 (`C = ½[[1+Re R, Im R], [Im R, 1−Re R]]`). From `R2` (d = 2) the same
-    series are read off `R₂` directly.
-
-    **Returns:** `(order, Y)`: `order` shape `(times,)`, `Y` shape `(times, k)` (real).
-    """
-    if R2 is not None:
-        return jnp.abs(R2), jnp.stack([jnp.real(R2), jnp.imag(R2)], axis=-1)
-    n = xs.shape[1]
-    C = jnp.einsum("tnd,tne->tde", xs, xs) / n
-    lam = _top_eigenvalue(C)
-    Y = math.sqrt(2) * C.reshape(C.shape[0], -1)
-    return 2 * lam - 1, Y
-
-
-def _top_eigenvalue(C, iterations: int = 100):
-    # Power iteration (C is symmetric positive semi-definite), batched over leading axes;
-    # far cheaper than a full eigendecomposition on CPU, and exact where it matters
-    # (λ_max → 1 with the rest → 0 when tokens cluster). Started from the column of C
-    # with the largest diagonal entry, which is not orthogonal to the top eigenvector.
-    k = jnp.argmax(jnp.diagonal(C, axis1=-2, axis2=-1), axis=-1)
-    v = jnp.take_along_axis(C, k[..., None, None], axis=-1)[..., 0]
-
-    def body(_, v):
-        w = jnp.einsum("...de,...e->...d", C, v)
-        return w / jnp.maximum(jnp.linalg.norm(w, axis=-1, keepdims=True), 1e-30)
-
-    v = v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-30)
-    v = jax.lax.fori_loop(0, iterations, body, v)
-    return jnp.einsum("...d,...de,...e->...", v, C, v)
-
-
-def classify_moments(
-    ts,
-    order,
-    Y,
-    *,
-    cluster_tol: float = 2e-2,
-    velocity_tol: float = 1e-3,
-    amplitude_tol: float = 1e-3,
-    persistence: float = 0.8,
-):
-    r"""Classify the long-run regime from the order series and the moment path (jit/vmap safe).
-
-    Reads the last half of the run, split into quarters Q3 and Q4:
-
-    - clustered: `min_{Q4} o > 1 − cluster_tol` and `o` not decreasing across Q4;
-      then rotating (Type 2) if the moment keeps moving (`v₄ > velocity_tol`, `v` the
-      mean speed `|dY/dt|` over Q4), else convergent clusters (Type 1);
-    - not clustered: if `v₄ < velocity_tol` the state is at rest: Type 1 if
-      `o_end > 1 − cluster_tol`, else interior convergence; oscillation (Type 3)
-      if the excursion `s₄ = max_{Q4} |Y − Y(t_end)| > amplitude_tol` and it does not
-      decay (`s₄ > persistence · s₃`); otherwise undetermined (slow transient).
-
-    Thresholds are per unit of the member's time: with the sweep's natural time scale
-    they are scale-free.
-
-    **Returns:** `(regime, evidence)` with `evidence` a dict of scalars: `order_final`,
-    `phase_velocity` (`v₄ / o`, = |d arg R₂/dt| for d = 2 clusters), `speed`,
-    `oscillation_amplitude` (`s₄`), `period` (from mean crossings of `|Y − Y_end|`,
-    NaN when fewer than 3 crossings).
-    """
-    T = ts.shape[0]
-    h = T // 2
-    q = T // 4
-    dt = jnp.diff(ts)
-    speed = jnp.linalg.norm(jnp.diff(Y, axis=0), axis=-1) / dt
-    v4 = jnp.mean(speed[T - 1 - q :])
-    o = order
-    o_end = o[-1]
-    clustered = (jnp.min(o[T - q :]) > 1 - cluster_tol) & (o_end >= o[T - q] - 0.25 * cluster_tol)
-    dist_end = jnp.linalg.norm(Y - Y[-1], axis=-1)
-    s4 = jnp.max(dist_end[T - q :])
-    mid = T - q - 1
-    s3 = jnp.max(jnp.linalg.norm(Y[T - 2 * q : T - q] - Y[mid], axis=-1))
-    oscill = (s4 > amplitude_tol) & (s4 > persistence * s3) & (v4 > velocity_tol)
-    at_rest = jnp.where(o_end > 1 - cluster_tol, TYPE1, INTERIOR)
-    regime = jnp.where(
-        clustered,
-        jnp.where(v4 > velocity_tol, TYPE2, TYPE1),
-        jnp.where(v4 < velocity_tol, at_rest, jnp.where(oscill, TYPE3, UNDETERMINED)),
-    )
-    # Period from the crossings of the window mean by |Y − Y_end| over the last half.
-    sig = dist_end[h:]
-    tw = ts[h:]
-    sig = sig - jnp.mean(sig)
-    cross = (sig[:-1] < 0) & (sig[1:] >= 0)
-    frac = sig[:-1] / jnp.where(cross, sig[:-1] - sig[1:], 1.0)
-    tc = tw[:-1] + frac * jnp.diff(tw)
-    k = jnp.sum(cross)
-    t_first = jnp.min(jnp.where(cross, tc, jnp.inf))
-    t_last = jnp.max(jnp.where(cross, tc, -jnp.inf))
-    period = jnp.where(k >= 3, (t_last - t_first) / jnp.maximum(k - 1, 1), jnp.nan)
-    period = jnp.where((regime == TYPE2) | (regime == TYPE3), period, jnp.nan)
-    bad = ~jnp.all(jnp.isfinite(o)) | ~jnp.all(jnp.isfinite(Y))
-    regime = jnp.where(bad, UNDETERMINED, regime).astype(jnp.int32)
-    evidence = dict(
-        order_final=o_end,
-        phase_velocity=v4 / jnp.maximum(o_end, 1e-3),
-        speed=v4,
-        oscillation_amplitude=s4,
-        period=period,
-    )
-    return regime, evidence
-
-
-# ---------------------------------------------------------------------------------------
-# One member, and one compiled chunk
-# ---------------------------------------------------------------------------------------
 
 
 def natural_rate(A, V, beta, kernel: str = "lsa", score_shift=0.0):
@@ -382,9 +128,10 @@ class _Config:
     max_steps: int
     score_shift: float
     score_shift_auto: bool
+    window: float
     cluster_tol: float
-    velocity_tol: float
-    amplitude_tol: float
+    gap_floor: float | None
+    rest_tol: float | None
 
 
 def _member(A, V, beta, seed, cfg: _Config):
@@ -399,14 +146,13 @@ def _member(A, V, beta, seed, cfg: _Config):
     key = jax.random.key(seed)
     k_phase, k_tokens = jax.random.split(key)
     R0 = cfg.r0 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=dtype))
-    x0 = theta0 = None
+    x0 = None
     if cfg.method != "ott_antonsen":
         if cfg.d == 2 and cfg.init == "wrapped_cauchy":
-            theta0 = wrapped_cauchy_angles(k_tokens, cfg.n, R0, dtype)
+            theta0 = sample_wrapped_cauchy(k_tokens, cfg.n, R0, dtype=dtype)
             x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
         else:
             x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
-            theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
     if not cfg.natural:
         rate = jnp.asarray(1.0, dtype)
     elif cfg.kernel == "lsa":
@@ -415,69 +161,59 @@ def _member(A, V, beta, seed, cfg: _Config):
         # USA / SA: the bound ‖V‖ e^{β σ_max(A)} overstates typical speeds by orders of
         # magnitude; use ‖V‖₂ times the largest initial weight mass (1/n) Σ_j w_kj.
         f0 = AttentionDynamics(A, V, beta=beta, kernel=cfg.kernel, score_shift=shift)
-        xs0 = jnp.where(jnp.isfinite(x0), x0, 0)
-        s0 = f0.scores(xs0)
+        s0 = f0.scores(jnp.where(jnp.isfinite(x0), x0, 0))
         mass = jnp.max(jnp.mean(jnp.exp(s0 - shift), axis=1)) if cfg.kernel == "usa" else 1.0
         r = jnp.linalg.norm(jnp.where(jnp.isfinite(V), V, 0), ord=2) * mass
         rate = jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
     Vs = V / rate
-    R2 = None
+    solve_kw = dict(t1=cfg.t1, ts=ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps)
+    gap_floor = cfg.gap_floor
+    if gap_floor is None:
+        # The saved states (dense output) jitter at the solver tolerance: near the circle
+        # 1 − |R₂|² wobbles at ~2 rtol, which must read as "on the circle".
+        gap_floor = max(math.sqrt(float(jnp.finfo(dtype).eps)), 10 * cfg.rtol)
+    classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
+    xs = None
     if cfg.method == "ott_antonsen":
-        R2, result, steps = solve_ott_antonsen_batchable(
-            A, Vs, beta, R0, ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps
-        )
-        order, Y = moment_features(ts, R2=R2)
+        sol = solve_ott_antonsen(A, Vs, R0, beta=beta, throw=False, **solve_kw)
+        R2 = sol.R
+        regime, ev = classify_order_parameter(ts, R2, **classify_kw)
+    elif cfg.method == "watanabe_strogatz":
+        theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
+        sol = solve_watanabe_strogatz(A, Vs, theta0, beta=beta, throw=False, **solve_kw)
+        theta = sol.angles()
+        xs = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
     else:
-        if cfg.method == "watanabe_strogatz":
-            R2, _, result, steps = solve_watanabe_strogatz_batchable(
-                A, Vs, beta, theta0, ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps
-            )
-            order, Y = moment_features(ts, R2=R2)
+        field = AttentionDynamics(A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift)
+        sol = simulate(field, x0, throw=False, **solve_kw)
+        xs = sol.xs
+    if xs is not None:
+        regime, ev = classify_tokens(ts, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
+        if cfg.d == 2:
+            R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)
         else:
-            field = AttentionDynamics(A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift)
-            traj = simulate(
-                field,
-                x0,
-                t1=cfg.t1,
-                ts=ts,
-                rtol=cfg.rtol,
-                atol=cfg.atol,
-                max_steps=cfg.max_steps,
-                throw=False,
-            )
-            result, steps = traj.result._value, traj.num_steps
-            if cfg.d == 2:
-                zc = traj.xs[..., 0] + 1j * traj.xs[..., 1]
-                R2 = jnp.mean(zc**2, axis=-1)
-                order, Y = moment_features(ts, R2=R2)
-            else:
-                order, Y = moment_features(ts, xs=traj.xs)
-    regime, ev = classify_moments(
-        ts,
-        order,
-        Y,
-        cluster_tol=cfg.cluster_tol,
-        velocity_tol=cfg.velocity_tol,
-        amplitude_tol=cfg.amplitude_tol,
+            R2 = jnp.full(ts.shape, jnp.nan, dtype) * (1 + 0j)
+    order = (
+        jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - clustering_gap(xs), 0.0, 1.0))
     )
+    result = sol.result._value
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
-    regime = jnp.where(failed, UNDETERMINED, regime)
-    out = dict(
+    regime = jnp.where(failed, UNDETERMINED, regime._value)
+    evidence = {k: getattr(ev, k) for k in EVIDENCE_FIELDS}
+    for k in _RATES:
+        evidence[k] = evidence[k] * rate
+    for k in _TIMES:
+        evidence[k] = evidence[k] / rate
+    return dict(
         regime=regime.astype(jnp.int32),
         result=jnp.asarray(result, jnp.int32),
         failed=failed,
-        num_steps=jnp.asarray(steps, jnp.int32),
+        num_steps=jnp.asarray(sol.num_steps, jnp.int32),
         rate=rate,
         order=order,
-        R2=(jnp.full(ts.shape, jnp.nan, dtype) * (1 + 0j)) if R2 is None else R2,
-        order_final=ev["order_final"],
-        # Rates are returned per unit of physical time.
-        phase_velocity=ev["phase_velocity"] * rate,
-        speed=ev["speed"] * rate,
-        oscillation_amplitude=ev["oscillation_amplitude"],
-        period=ev["period"] / rate,
+        R2=R2,
+        **{f"evidence_{k}": v for k, v in evidence.items()},
     )
-    return out
 
 
 @eqx.filter_jit
@@ -496,18 +232,39 @@ def num_traces() -> int:
 # ---------------------------------------------------------------------------------------
 
 
+def _failure_records(members, result, A, V, beta, seed) -> list[dict]:
+    """One dict per failed member: its index, the reason and its parameters."""
+    return [
+        dict(
+            index=int(i),
+            reason=result_message(int(code)) if code else "non-finite",
+            A=A[i].tolist(),
+            V=V[i].tolist(),
+            beta=float(beta[i]),
+            seed=int(seed[i]),
+        )
+        for i, code in zip(members, result)
+    ]
+
+
 @dataclasses.dataclass
 class SweepResult:
     """Per-member outcome of a sweep (NumPy arrays on the host, batch axis first).
 
-    **Fields:** `A` `(batch, d, d)`, `V` `(batch, d, d)`, `beta` `(batch,)`, `seed`
-    `(batch,)`; `regime` `(batch,)` (codes into `REGIME_NAMES`); evidence
-    `order_final`, `phase_velocity`, `speed`, `oscillation_amplitude`, `period`
-    (physical time units); `result` (a `RESULTS` code), `failed` (bool), `num_steps`,
-    `rate` (the member's natural rate, 1 when `time_scale="physical"`); `order`
-    `(batch, times)` (`|R₂|` in d = 2, `2λ_max(C) − 1` otherwise), `R2` `(batch, times)`
-    complex (NaN when d > 2), `ts` `(batch, times)` physical save times; `shape` the
-    cartesian shape (or `(batch,)`), `seconds` the wall time of the computed chunks.
+    **Fields:**
+
+    - `A`, `V` `(batch, d, d)`, `beta` `(batch,)`, `seed` `(batch,)`: the members.
+    - `regime` `(batch,)`: the value of the member's `REGIMES` item (`REGIME_NAMES[code]`
+      is its short name); `undetermined` for a failed member.
+    - `evidence`: dict of `(batch,)` arrays, one per `RegimeEvidence` field, times and
+      rates in physical units (`period`, `final_motion`, `drift_rate`, `rotation_rate`).
+    - `result` (a `RESULTS` code), `failed` (bool), `num_steps`, `rate` (the member's
+      natural rate, 1 when `time_scale="physical"`).
+    - `order` `(batch, times)`: `|R₂|` in d = 2, `ρ = sqrt(1 − clustering_gap)` otherwise;
+      `R2` `(batch, times)` complex (NaN when d > 2); `ts` `(batch, times)` physical save
+      times.
+    - `shape`: the cartesian shape (or `(batch,)`); `seconds`: wall time of the computed
+      chunks; `chunks_computed`, `chunks_loaded`.
     """
 
     A: np.ndarray
@@ -521,11 +278,7 @@ class SweepResult:
     rate: np.ndarray
     order: np.ndarray
     R2: np.ndarray
-    order_final: np.ndarray
-    phase_velocity: np.ndarray
-    speed: np.ndarray
-    oscillation_amplitude: np.ndarray
-    period: np.ndarray
+    evidence: dict
     ts: np.ndarray
     shape: tuple
     seconds: float = 0.0
@@ -534,6 +287,7 @@ class SweepResult:
 
     @property
     def regime_names(self) -> np.ndarray:
+        """The short regime name of every member, shape `(batch,)`."""
         return np.asarray(REGIME_NAMES, dtype=object)[self.regime]
 
     def counts(self) -> dict:
@@ -544,23 +298,12 @@ class SweepResult:
 
     def failures(self) -> list[dict]:
         """Each failed member with its parameters and the reason."""
-        out = []
-        for i in np.flatnonzero(self.failed):
-            out.append(
-                dict(
-                    index=int(i),
-                    reason=result_message(int(self.result[i])) if self.result[i] else "non-finite",
-                    A=self.A[i].tolist(),
-                    V=self.V[i].tolist(),
-                    beta=float(self.beta[i]),
-                    seed=int(self.seed[i]),
-                )
-            )
-        return out
+        bad = np.flatnonzero(self.failed)
+        return _failure_records(bad, self.result[bad], self.A, self.V, self.beta, self.seed)
 
     def reshape(self, field: str) -> np.ndarray:
-        """A per-member field in the cartesian shape of the sweep."""
-        x = getattr(self, field)
+        """A per-member field (or an evidence name) in the cartesian shape of the sweep."""
+        x = self.evidence[field] if field in self.evidence else getattr(self, field)
         return x.reshape(tuple(self.shape) + x.shape[1:])
 
 
@@ -572,12 +315,7 @@ _FIELDS = (
     "rate",
     "order",
     "R2",
-    "order_final",
-    "phase_velocity",
-    "speed",
-    "oscillation_amplitude",
-    "period",
-)
+) + tuple(f"evidence_{k}" for k in EVIDENCE_FIELDS)
 
 
 # ---------------------------------------------------------------------------------------
@@ -645,9 +383,10 @@ def sweep(
     resume: bool = True,
     progress: bool = True,
     dtype=None,
-    cluster_tol: float = 2e-2,
-    velocity_tol: float = 1e-3,
-    amplitude_tol: float = 1e-3,
+    window: float = 0.5,
+    cluster_tol: float = 1e-3,
+    gap_floor: float | None = None,
+    rest_tol: float | None = None,
     on_chunk: Callable[[int, dict], Any] | None = None,
 ) -> SweepResult:
     r"""Run the attention flow for a batch of parameters and classify each member's regime.
@@ -694,7 +433,14 @@ def sweep(
       `‖V‖₂` (SA) of each member (the bound `‖V‖ e^{β σ_max(A)}` overstates typical
       speeds by orders of magnitude).
     - `rtol, atol, max_steps`: forwarded to the solver.
-    - classifier thresholds: see `classify_moments`.
+    - `window`, `cluster_tol`, `gap_floor`, `rest_tol`: the regime classifier's settings;
+      `gap_floor=None` means `max(sqrt(eps), 10 rtol)` (the saved states jitter at the
+      solver tolerance, so a clustering gap below that is "on the circle").
+      Particle and Watanabe–Strogatz members are classified from their tokens by
+      `classify_tokens` (the rules of `classify_regime`, with the cluster structure of the
+      final tokens), Ott–Antonsen members from `R₂(t)` by `classify_order_parameter`; the
+      rules are rate-based and read per unit of the member's own time, so with the natural
+      time scale they are scale-free.
 
     **Returns:** a `SweepResult`.
 
@@ -728,8 +474,14 @@ def sweep(
     dtype = np.dtype(dtype)
     if int(n) < 1:
         raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
-    if num_save < 8:
-        raise ValueError(f"sweep: num_save must be at least 8, got {num_save}.")
+    if method == "watanabe_strogatz" and int(n) < 3:
+        raise ValueError(f"sweep: the Watanabe–Strogatz reduction needs n >= 3, got n={n}.")
+    if not 0 <= float(r0) < 1:
+        raise ValueError(f"sweep: r0 = |R₂(0)| must lie in [0, 1), got r0={r0}.")
+    try:
+        _window_start(int(num_save), float(window))
+    except ValueError as err:
+        raise ValueError(f"sweep: {err}") from None
 
     if batching == "cartesian":
         shape = (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
@@ -769,9 +521,10 @@ def sweep(
         max_steps=int(max_steps),
         score_shift=0.0 if score_shift == "auto" else float(score_shift),
         score_shift_auto=score_shift == "auto",
+        window=float(window),
         cluster_tol=float(cluster_tol),
-        velocity_tol=float(velocity_tol),
-        amplitude_tol=float(amplitude_tol),
+        gap_floor=None if gap_floor is None else float(gap_floor),
+        rest_tol=None if rest_tol is None else float(rest_tol),
     )
 
     # Order members by predicted cost so that a chunk holds members of similar stiffness.
@@ -913,6 +666,7 @@ def sweep(
         if bar is not None:
             bar.close()
     ts = np.linspace(0.0, cfg.t1, cfg.num_save)[None, :] / outs["rate"][:, None]
+    evidence = {k: outs.pop(f"evidence_{k}") for k in EVIDENCE_FIELDS}
     return SweepResult(
         A=Am,
         V=Vm,
@@ -923,6 +677,7 @@ def sweep(
         seconds=seconds,
         chunks_computed=computed,
         chunks_loaded=loaded,
+        evidence=evidence,
         **outs,
     )
 
@@ -947,25 +702,12 @@ def _json_default(x):
 
 def _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, seconds):
     counts = {name: int(np.sum(chunk["regime"] == i)) for i, name in enumerate(REGIME_NAMES)}
-    failures = []
-    for j in np.flatnonzero(chunk["failed"]):
-        i = int(idx[j])
-        code = int(chunk["result"][j])
-        failures.append(
-            dict(
-                index=i,
-                reason=result_message(code) if code else "non-finite",
-                A=Am[i].tolist(),
-                V=Vm[i].tolist(),
-                beta=float(bm[i]),
-                seed=int(sm[i]),
-            )
-        )
+    bad = np.flatnonzero(chunk["failed"])
     return dict(
         chunk=c,
         members=idx.tolist(),
         seconds=seconds,
         members_per_second=len(idx) / max(seconds, 1e-12),
         regime_counts=counts,
-        failures=failures,
+        failures=_failure_records(idx[bad], chunk["result"][bad], Am, Vm, bm, sm),
     )
