@@ -30,7 +30,11 @@ def _mobius(c, u, v):
 
 def _ws_run(A, V, beta, theta0):
     sol = solve_watanabe_strogatz(A, V, theta0, beta=beta, t1=T1, ts=TS, **TIGHT, throw=False)
-    return sol.angles(), sol.zeta, sol.Psi, sol.order_parameter(), sol.result
+    theta = sol.angles()
+    # points() is the same reconstruction without inverse trigonometry
+    points = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
+    points_err = jnp.max(jnp.abs(sol.points() - points))
+    return theta, sol.zeta, sol.Psi, sol.order_parameter(), sol.result, points_err
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +62,7 @@ def runs():
     theta_p, res_p = particles(A, V, beta, theta0)
     ws = jax.jit(jax.vmap(_ws_run))(A, V, beta, theta0)
     assert bool(jnp.all(res_p == RESULTS.successful)) and bool(jnp.all(ws[4] == RESULTS.successful))
+    assert float(jnp.max(ws[5])) < 1e-13
     return dict(A=A, V=V, beta=beta, theta0=theta0, theta_p=theta_p, ws=ws)
 
 
@@ -123,7 +128,7 @@ def test_cross_ratios_conserved_along_particles(runs):
 
 
 def test_ws_reproduces_particle_trajectories(runs):
-    angles, zeta, _, R_ws, _ = runs["ws"]
+    angles, zeta, _, R_ws, _, _ = runs["ws"]
     diff = jnp.angle(jnp.exp(1j * (angles - runs["theta_p"])))  # every token, modulo 2π
     err = float(jnp.max(jnp.abs(diff)))
     err_R = float(jnp.max(jnp.abs(R_ws - order_parameter(runs["theta_p"], 2))))
@@ -141,7 +146,7 @@ def test_ws_reproduces_particle_trajectories(runs):
 def test_constants_of_motion_recovered_from_later_state(runs):
     # The gauge makes (ζ, w mod rotation) functions of the state: applied to the particles at
     # t1 it gives the solver's ζ(t1) and the same w_k up to one common rotation.
-    angles, zeta, _, _, _ = runs["ws"]
+    angles, zeta, _, _, _, _ = runs["ws"]
     for s in range(SEEDS):
         first = watanabe_strogatz_constants(runs["theta0"][s])
         later = watanabe_strogatz_constants(runs["theta_p"][s, -1])

@@ -18,7 +18,6 @@ import numpy as np
 from jaxtyping import Array, Complex, Float, Int
 
 from ..sphere import geodesic_distance, normalise
-from ._circle import order_parameter
 from ._solve import Trajectory
 
 __all__ = [
@@ -571,7 +570,7 @@ def classify_tokens(
     motion = jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / dt
     start = _window_start(ts.shape[0], window)
     if d == 2:
-        R2 = order_parameter(jnp.arctan2(xs[..., 1], xs[..., 0]), 2)
+        R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)  # = mean e^{2iθ_k}
         phase = jnp.unwrap(_safe_angle(R2))
         drift_rate, drift_change = _drift(ts, phase, start)
         signal = jnp.real(R2)

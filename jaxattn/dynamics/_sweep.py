@@ -181,8 +181,7 @@ def _member(A, V, beta, seed, cfg: _Config):
     elif cfg.method == "watanabe_strogatz":
         theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
         sol = solve_watanabe_strogatz(A, Vs, theta0, beta=beta, throw=False, **solve_kw)
-        theta = sol.angles()
-        xs = jnp.stack([jnp.cos(theta), jnp.sin(theta)], axis=-1)
+        xs = sol.points()
     else:
         field = AttentionDynamics(A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift)
         sol = simulate(field, x0, throw=False, **solve_kw)

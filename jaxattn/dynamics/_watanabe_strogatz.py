@@ -345,6 +345,19 @@ class WatanabeStrogatzSolution(Solution):
         """Every token angle `θ_k(t)` (continuous lift), shape `(times, n)`."""
         return watanabe_strogatz_reconstruct(self.zeta, self.Psi, self.constants)
 
+    def points(self) -> Float[Array, "times n 2"]:
+        """Every token as a point `(cos θ_k, sin θ_k)` of the circle, shape `(times, n, 2)`.
+
+        Same tokens as `angles()`, computed without inverse trigonometry:
+        `e^{iθ} = e^{iφ/2} u/|u|` with `φ = Ψ + ψ_k`, `u = 1 + ζ e^{−iφ}`.
+        """
+        phase = self.Psi[:, None] + self.constants.psi
+        half = jnp.exp(0.5j * phase)
+        u = 1 + self.zeta[:, None] * jnp.conj(half) ** 2
+        size = jnp.abs(u)
+        z = jnp.where(size > 0, half * u / jnp.where(size > 0, size, 1), half)
+        return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
+
     def order_parameter(self) -> Complex[Array, " times"]:
         """`R₂(t) = (1/n) Σ_k M_t(w_k)`, shape `(times,)`."""
         v = jnp.exp(1j * (self.Psi[:, None] + self.constants.psi))
