@@ -190,6 +190,32 @@ def test_grad_wrt_A_matches_central_differences():
         np.testing.assert_allclose(gA[i, j], fd, rtol=1e-5, atol=1e-8)
 
 
+def test_forward_mode_through_the_projected_solver():
+    # diffrax forwards isinstance checks through the SphereProjection wrapper and then sets
+    # the wrapped solver's scan_kind for DirectAdjoint / ForwardMode; a JVP wrt A through
+    # ForwardMode equals the reverse-mode gradient contracted with the same tangent.
+    import diffrax
+
+    A, V = _matrices(jax.random.key(5))
+    x0 = _x0()
+    W = jax.random.normal(jax.random.key(6), (N, D))
+    E = jax.random.normal(jax.random.key(8), (D, D))
+
+    def loss(A, adjoint):
+        field = AttentionDynamics(A, V)
+        traj = simulate(field, x0, t1=2.0, ts=jnp.array([0.0, 2.0]), rtol=1e-11, atol=1e-13,
+                        adjoint=adjoint)
+        return jnp.sum(W * traj.final)
+
+    _, jvp = jax.jit(lambda A, E: jax.jvp(lambda a: loss(a, diffrax.ForwardMode()), (A,), (E,)))(
+        A, E
+    )
+    gA = _grad_jit(A, V, 1.0, x0, W)[0]
+    np.testing.assert_allclose(float(jvp), float(jnp.sum(gA * E)), rtol=1e-7)
+    direct = jax.jit(lambda A: loss(A, diffrax.DirectAdjoint()))(A)
+    np.testing.assert_allclose(float(direct), float(_loss_jit(A, V, 1.0, x0, W)), rtol=1e-12)
+
+
 def test_grad_finite_at_exact_consensus():
     A, V = _matrices(jax.random.key(7))
     x0 = jnp.tile(_x0()[:1], (N, 1))  # all tokens equal

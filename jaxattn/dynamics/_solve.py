@@ -60,6 +60,13 @@ class ProjectedSolver(diffrax.AbstractWrappedSolver):
         raise NotImplementedError
 
     @property
+    def scan_kind(self):
+        # diffrax forwards `isinstance` checks through wrapped solvers; for a wrapped
+        # Runge–Kutta solver `DirectAdjoint` and `ForwardMode` then read (and set, through
+        # `eqx.tree_at`) `solver.scan_kind`, which lives on the wrapped solver.
+        return self.solver.scan_kind
+
+    @property
     def term_structure(self):
         return self.solver.term_structure
 
