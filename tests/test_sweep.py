@@ -290,3 +290,70 @@ def test_sharded_over_eight_host_devices():
     assert one["devices"] == 1 and eight["devices"] == 8
     assert one["regime"] == eight["regime"]
     np.testing.assert_allclose(one["R2"], eight["R2"], rtol=0, atol=1e-12)
+
+
+def test_resume_refuses_chunks_of_another_sweep_and_damaged_files(tmp_path):
+    kw = dict(method="ott_antonsen", chunk_size=2, t1=40.0, num_save=81, progress=False)
+    A = np.stack([I2, 2 * I2])
+    first = sweep(A, I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
+    assert list(first.regime_names) == ["clustering", "clustering"]
+    # Without its manifest, a folder's chunks still carry the sweep's fingerprint.
+    os.remove(tmp_path / "manifest.json")
+    with pytest.warns(UserWarning, match="different sweep"):
+        other = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
+    assert other.chunks_computed == 1 and list(other.regime_names) == ["interior", "interior"]
+    # A truncated chunk is recomputed with a warning; a damaged manifest is named.
+    path = tmp_path / "chunk_00000.npz"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.warns(UserWarning, match="cannot be read"):
+        again = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
+    np.testing.assert_array_equal(again.R2, other.R2)
+    (tmp_path / "manifest.json").write_text("[1, 2")
+    with pytest.raises(ValueError, match="manifest.json is damaged"):
+        sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(chunk_size=0), "chunk_size"),
+        (dict(init="foo"), "init"),
+        (dict(n=2.7), "integer number of tokens"),
+        (dict(seeds=-1), "seeds must be integers"),
+        (dict(seeds=1.5), "seeds must be integers"),
+        (dict(t1=-5.0), "t1 must be a finite positive"),
+        (dict(rtol=0.0), "rtol must be a finite positive"),
+        (dict(gap_floor=-1.0), "gap_floor"),
+        (dict(cluster_tol=float("nan")), "cluster_tol"),
+        (dict(dtype=np.int32), "floating dtype"),
+        (dict(score_shift="foo"), "score_shift"),
+        (dict(A=np.eye(2) * (1 + 1j)), "real matrix"),
+        (dict(A=np.zeros((0, 2, 2))), "empty batch"),
+        (dict(r0=1.0), "r0"),
+        (dict(num_save=10), "late window"),
+    ],
+)
+def test_bad_sweep_arguments_are_named(kwargs, message):
+    args = dict(A=I2, V=I2, seeds=0, progress=False)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        sweep(args.pop("A"), args.pop("V"), 1.0, args.pop("seeds"), **args)
+
+
+def test_failed_member_has_no_evidence():
+    A = np.stack([I2, I2])
+    A[1, 0, 0] = np.nan
+    res = sweep(A, I2, 1.0, 0, method="ott_antonsen", t1=20.0, num_save=41, progress=False)
+    assert res.failed.tolist() == [False, True]
+    assert np.isnan(res.evidence["final_order"][1]) and res.evidence["num_clusters"][1] == -1
+    assert res.evidence["final_order"][0] > 0.99
+
+
+def test_classifiers_refuse_bad_times():
+    ts = jnp.linspace(0.0, 1.0, 20)
+    R = jnp.full(20, 0.5 + 0j)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        classify_order_parameter(ts[::-1], R)
+    xs = jnp.ones((20, 4, 1))
+    with pytest.raises(ValueError, match="d >= 2"):
+        sw.classify_tokens(ts, xs)

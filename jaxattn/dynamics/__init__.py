@@ -95,6 +95,9 @@ from ._regimes import (
     clustering_gap as clustering_gap,
 )
 from ._regimes import (
+    default_gap_floor as default_gap_floor,
+)
+from ._regimes import (
     regime_name as regime_name,
 )
 from ._search import (

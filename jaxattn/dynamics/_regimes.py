@@ -29,6 +29,7 @@ __all__ = [
     "regime_name",
     "clustering_gap",
     "cluster_structure",
+    "default_gap_floor",
 ]
 
 
@@ -154,6 +155,27 @@ def _safe_angle(z):
     return jnp.where(ok, jnp.arctan2(jnp.where(ok, im, 0), jnp.where(ok, re, 1)), 0)
 
 
+def _check_times(where, ts):
+    """Concrete save times must be finite and strictly increasing (traced ones can't be
+    checked)."""
+    try:
+        t = np.asarray(ts, dtype=np.float64)
+    except Exception:  # traced
+        return
+    if not (np.all(np.isfinite(t)) and np.all(np.diff(t) > 0)):
+        raise ValueError(f"{where}: ts must be finite and strictly increasing.")
+
+
+def default_gap_floor(dtype) -> float:
+    """Default clustering-gap floor of the classifiers: `max(sqrt(eps), 1e-6)`.
+
+    Saved states are dense output between solver steps and jitter at the solver tolerance:
+    near the circle `1 − |R₂|²` wobbles at ~2 rtol (±3e-8 at rtol 1e-8), which must read as
+    "on the circle". The sweep uses `max(default_gap_floor, 10 rtol)`.
+    """
+    return max(float(np.sqrt(np.finfo(dtype).eps)), 1e-6)
+
+
 def _window_start(num_times: int, window: float) -> int:
     if not 0 < window <= 1:
         raise ValueError(f"window must be in (0, 1], got {window}.")
@@ -229,7 +251,7 @@ def _decide(
     dtype = gap.dtype
     eps = float(jnp.finfo(dtype).eps)
     if gap_floor is None:
-        gap_floor = float(np.sqrt(eps))
+        gap_floor = default_gap_floor(dtype)
     start = _window_start(ts.shape[0], window)
     tw, gw = ts[start:], gap[start:]
     # motion lives on the intervals between save times; use interval midpoints.
@@ -385,6 +407,10 @@ def cluster_structure(
 
     **Returns:** `(num_clusters, antipodal_pairs)` as int32 scalars (zero for NaN tokens).
     """
+    if jnp.ndim(x) != 2 or jnp.shape(x)[1] < 2:
+        raise ValueError(
+            f"cluster_structure: x must have shape (n, d) with d >= 2, got {jnp.shape(x)}."
+        )
     x = normalise(x)
     n, d = x.shape
     if d == 2:
@@ -439,7 +465,9 @@ def classify_order_parameter(
       least 9 samples. Save densely enough to resolve the motion (≥ ~10 samples per
       rotation or oscillation period), or the drift and period estimates alias.
     - `gap_floor`: gap below which `R₂` counts as on the circle (rounding or solver
-      noise); default `sqrt(eps)` of the dtype.
+      noise); default `default_gap_floor(dtype)` = `max(sqrt(eps), 1e-6)`, above the
+      ~1e-7 wobble of saved states at the solvers' default tolerances. Pass
+      `10 * rtol` or more for a looser solve.
     - `rest_tol`: motion below `rest_tol` (radians, or units of `R₂`) per save interval,
       or below `rest_tol` times the largest motion, counts as rest; default
       `max(1e-5, 10 sqrt(eps))`, above the jitter of dense output at rtol ~1e-7.
@@ -447,7 +475,8 @@ def classify_order_parameter(
     **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`
     (`num_clusters` and `antipodal_pairs` are `-1`: not measurable from `R₂`).
 
-    **Raises:** `ValueError` for mismatched shapes or a window with fewer than 9 samples.
+    **Raises:** `ValueError` for mismatched shapes, concrete `ts` that are not finite and
+    strictly increasing, or a window with fewer than 9 samples.
 
     Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
     Transformers* (2026), regimes of the order parameter `R₂`.
@@ -459,6 +488,7 @@ def classify_order_parameter(
             f"classify_order_parameter: ts and R2 must be 1-d of equal length, got "
             f"ts {ts.shape} and R2 {R2.shape}."
         )
+    _check_times("classify_order_parameter", ts)
     rdtype = jnp.real(R2).dtype
     ts = ts.astype(rdtype)
     re, im = jnp.real(R2), jnp.imag(R2)
@@ -523,7 +553,8 @@ def classify_regime(
 
     **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`.
 
-    **Raises:** `ValueError` if `trajectory` is not a `Trajectory` or the window is too short.
+    **Raises:** `ValueError` if `trajectory` is not a `Trajectory`, its times are not strictly
+    increasing, it has no tokens, or the window is too short.
 
     Source: Li et al. (2026), regimes Type 1–3; Geshkovski et al., arXiv 2312.10794
     (clustering in any d).
@@ -555,13 +586,19 @@ def classify_tokens(
     times `ts` of shape `(times,)` (e.g. `WatanabeStrogatzSolution.angles()` turned into
     points of the circle). Same rules, arguments, returns and errors as `classify_regime`.
     """
+    where = "classify_tokens"
     ts = jnp.asarray(ts)
     xs = jnp.asarray(xs)
     if ts.ndim != 1 or xs.ndim != 3 or xs.shape[0] != ts.shape[0]:
         raise ValueError(
-            f"classify_regime: xs must have shape (times, n, d) matching ts, got xs "
+            f"{where}: xs must have shape (times, n, d) matching ts, got xs "
             f"{xs.shape} and ts {ts.shape}."
         )
+    if xs.shape[1] < 1 or xs.shape[2] < 2:
+        raise ValueError(f"{where}: need n >= 1 tokens in d >= 2, got xs of shape {xs.shape}.")
+    if not jnp.issubdtype(xs.dtype, jnp.floating):
+        raise ValueError(f"{where}: xs must be real floating point, got dtype {xs.dtype}.")
+    _check_times(where, ts)
     ts = ts.astype(xs.dtype)
     d = xs.shape[-1]
     xs = normalise(xs)

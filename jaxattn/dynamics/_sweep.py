@@ -42,6 +42,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -60,6 +61,7 @@ from ._regimes import (
     classify_order_parameter,
     classify_tokens,
     clustering_gap,
+    default_gap_floor,
 )
 from ._solve import RESULTS, simulate
 from ._vector_field import AttentionDynamics
@@ -171,7 +173,7 @@ def _member(A, V, beta, seed, cfg: _Config):
     if gap_floor is None:
         # The saved states (dense output) jitter at the solver tolerance: near the circle
         # 1 − |R₂|² wobbles at ~2 rtol, which must read as "on the circle".
-        gap_floor = max(math.sqrt(float(jnp.finfo(dtype).eps)), 10 * cfg.rtol)
+        gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
     xs = None
     if cfg.method == "ott_antonsen":
@@ -199,6 +201,8 @@ def _member(A, V, beta, seed, cfg: _Config):
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
     regime = jnp.where(failed, UNDETERMINED, regime._value)
     evidence = {k: getattr(ev, k) for k in EVIDENCE_FIELDS}
+    for k, v in evidence.items():  # a failed member has no measurement
+        evidence[k] = jnp.where(failed, -1 if jnp.issubdtype(v.dtype, jnp.integer) else jnp.nan, v)
     for k in _RATES:
         evidence[k] = evidence[k] * rate
     for k in _TIMES:
@@ -324,6 +328,8 @@ _FIELDS = (
 
 def _as_stack(x, name, d=None):
     x = np.asarray(x)
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise ValueError(f"sweep: {name} must be a real matrix, got dtype {x.dtype}.")
     if x.ndim == 2:
         x = x[None]
     if x.ndim != 3 or x.shape[1] != x.shape[2]:
@@ -433,8 +439,9 @@ def sweep(
       speeds by orders of magnitude).
     - `rtol, atol, max_steps`: forwarded to the solver.
     - `window`, `cluster_tol`, `gap_floor`, `rest_tol`: the regime classifier's settings;
-      `gap_floor=None` means `max(sqrt(eps), 10 rtol)` (the saved states jitter at the
-      solver tolerance, so a clustering gap below that is "on the circle").
+      `gap_floor=None` means `max(default_gap_floor(dtype), 10 rtol)` (the saved states
+      jitter at the solver tolerance, so a clustering gap below that is "on the circle");
+      at the default rtol this is the classifiers' own default.
       Particle and Watanabe–Strogatz members are classified from their tokens by
       `classify_tokens` (the rules of `classify_regime`, with the cluster structure of the
       final tokens), Ott–Antonsen members from `R₂(t)` by `classify_order_parameter`; the
@@ -455,15 +462,46 @@ def sweep(
         raise ValueError(f"sweep: batching must be 'cartesian' or 'flat', got {batching!r}.")
     if time_scale not in ("natural", "physical"):
         raise ValueError(f"sweep: time_scale must be 'natural' or 'physical', got {time_scale!r}.")
+    if init not in ("wrapped_cauchy", "uniform"):
+        raise ValueError(f"sweep: init must be 'wrapped_cauchy' or 'uniform', got {init!r}.")
     A = _as_stack(A, "A")
     d = A.shape[1]
     V = _as_stack(V, "V", d)
     beta = np.atleast_1d(np.asarray(beta))
-    seeds = np.atleast_1d(np.asarray(seeds)).astype(np.int64)
+    seeds = np.atleast_1d(np.asarray(seeds))
     if beta.ndim != 1 or seeds.ndim != 1:
         raise ValueError(
             f"sweep: beta and seeds must be scalars or 1-d, got shapes {beta.shape}, {seeds.shape}."
         )
+    for name, x in (("beta", beta),):
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+            raise ValueError(f"sweep: {name} must be real numbers, got dtype {x.dtype}.")
+    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
+        raise ValueError(
+            f"sweep: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
+            f"(dtype {seeds.dtype})."
+        )
+    seeds = seeds.astype(np.int64)
+    if min(A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]) == 0:
+        raise ValueError("sweep: empty batch (A, V, beta or seeds has no members).")
+    if isinstance(n, bool) or not float(n).is_integer():
+        raise ValueError(f"sweep: n must be an integer number of tokens, got n={n!r}.")
+    if chunk_size is not None and int(chunk_size) < 1:
+        raise ValueError(f"sweep: chunk_size must be >= 1 or None, got {chunk_size!r}.")
+    if score_shift != "auto" and not isinstance(score_shift, (int, float, np.number)):
+        raise ValueError(f"sweep: score_shift must be a number or 'auto', got {score_shift!r}.")
+    for name, value, lo in (
+        ("t1", t1, 0.0),
+        ("rtol", rtol, 0.0),
+        ("atol", atol, 0.0),
+        ("cluster_tol", cluster_tol, 0.0),
+        ("gap_floor", gap_floor, 0.0),
+        ("rest_tol", rest_tol, 0.0),
+    ):
+        if value is not None and not (np.isfinite(float(value)) and float(value) > lo):
+            raise ValueError(f"sweep: {name} must be a finite positive number, got {value!r}.")
+    if int(max_steps) < 1:
+        raise ValueError(f"sweep: max_steps must be >= 1, got {max_steps!r}.")
     if method != "particles" and (d != 2 or kernel != "lsa"):
         raise ValueError(
             f"sweep: method={method!r} is the d = 2 LSA reduction; got d = {d}, kernel={kernel!r}."
@@ -471,6 +509,8 @@ def sweep(
     if dtype is None:
         dtype = jnp.result_type(float)
     dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise ValueError(f"sweep: dtype must be a real floating dtype, got {dtype}.")
     if int(n) < 1:
         raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
     if method == "watanabe_strogatz" and int(n) < 3:
@@ -589,8 +629,16 @@ def sweep(
         os.makedirs(out_dir, exist_ok=True)
         manifest_path = os.path.join(out_dir, "manifest.json")
         if os.path.exists(manifest_path):
-            with open(manifest_path) as f:
-                old = json.load(f)
+            try:
+                with open(manifest_path) as f:
+                    old = json.load(f)
+                if not isinstance(old, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                raise ValueError(
+                    f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
+                    "resume=False to overwrite the folder."
+                ) from None
             if old.get("fingerprint") != fingerprint:
                 if resume:
                     raise ValueError(
@@ -630,12 +678,7 @@ def sweep(
             chunk = None
             fresh = False
             if path is not None and resume and os.path.exists(path):
-                try:
-                    with np.load(path) as z:
-                        if np.array_equal(z["members"], idx):
-                            chunk = {k: z[k] for k in _FIELDS}
-                except Exception:  # a damaged file is recomputed
-                    chunk = None
+                chunk = _load_chunk(path, idx, fingerprint)
             if chunk is None:
                 t_start = time.perf_counter()
                 pad = np.concatenate([idx, np.full(cs - m, idx[0])])
@@ -647,7 +690,12 @@ def sweep(
                 computed += 1
                 fresh = True
                 if path is not None and writer:
-                    _atomic_write(path, lambda p: _write_npz(p, members=idx, **chunk))
+                    _atomic_write(
+                        path,
+                        lambda p: _write_npz(
+                            p, members=idx, fingerprint=np.array(fingerprint), **chunk
+                        ),
+                    )
                     summary = _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, dt)
                     _atomic_write(path[:-4] + ".json", lambda p: _write_json(p, summary))
             else:
@@ -679,6 +727,26 @@ def sweep(
         evidence=evidence,
         **outs,
     )
+
+
+def _load_chunk(path, members, fingerprint):
+    """A finished chunk of this sweep from `path`, or None (with a warning) when the file is
+    damaged, belongs to another sweep or does not hold the expected members and fields."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["fingerprint"]) != fingerprint:
+                problem = "it belongs to a different sweep"
+            elif not np.array_equal(z["members"], members):
+                problem = "it holds other members"
+            else:
+                chunk = {k: z[k] for k in _FIELDS}
+                if all(v.shape[:1] == members.shape for v in chunk.values()):
+                    return chunk
+                problem = "its fields have the wrong length"
+    except Exception as err:  # truncated, not an npz, missing fields: recompute
+        problem = f"it cannot be read ({type(err).__name__}: {err})"
+    warnings.warn(f"sweep: recomputing {path}: {problem}.", stacklevel=3)
+    return None
 
 
 def _write_npz(path, **arrays):
