@@ -736,7 +736,10 @@ def _write_markdown(report, out):
     w("## 1. The four cases in d = 2 (particles, Watanabe–Strogatz, Ott–Antonsen)\n")
     w(
         f"n = {s['n']} particles from a wrapped-Cauchy sample with |R₂(0)| ≈ 0.1; horizon "
-        f"{s['t1_natural']} natural time units.\n"
+        f"{s['t1_natural']} natural time units (each member's t·β‖A‖‖V‖); the rates, periods "
+        "and figure time axes are in physical time. d arg R₂/dt is the mean drift over the "
+        "last third of the late window (for a non-uniform rotation the period is the sharper "
+        "measure: 2π/period is the mean rotation rate of R₂).\n"
     )
     w(
         "| case | expected | particles | WS | OA | final abs R₂ (particles) | d arg R₂/dt "
