@@ -129,34 +129,13 @@ def test_one_cluster_is_told_from_an_antipodal_pair():
 
 def test_compiles_once_per_shape():
     A = np.stack([I2 * (1 + 0.1 * k) for k in range(6)])
+    kw = dict(method="ott_antonsen", chunk_size=2, n=8, t1=20.0, num_save=41, progress=False)
     before = sw.num_traces()
-    res = sweep(
-        A,
-        I2,
-        1.0,
-        0,
-        method="ott_antonsen",
-        chunk_size=2,
-        n=8,
-        t1=20.0,
-        num_save=41,
-        progress=False,
-    )
+    res = sweep(A, I2, 1.0, 0, **kw)
     assert res.chunks_computed == 3
     assert sw.num_traces() - before == 1
     # Same shape and options again: no new trace.
-    sweep(
-        A + 0.01,
-        I2,
-        1.0,
-        0,
-        method="ott_antonsen",
-        chunk_size=2,
-        n=8,
-        t1=20.0,
-        num_save=41,
-        progress=False,
-    )
+    sweep(A + 0.01, I2, 1.0, 0, **kw)
     assert sw.num_traces() - before == 1
 
 
