@@ -360,11 +360,17 @@ def clustering_gap(xs: Float[Array, "... n d"]) -> Float[Array, "..."]:
 
     **Returns:** the gap, shape `(...)`.
     """
-    x = normalise(xs)
-    n, d = x.shape[-2], x.shape[-1]
-    Q = jnp.einsum("...ki,...kj->...ij", x, x) / n
-    trq2 = jnp.sum(Q * Q, axis=(-2, -1))
-    return d * (1 - trq2) / (d - 1)
+    return _gap_from_moment(_moment(normalise(xs)))
+
+
+def _moment(x):
+    """`Q = XᵀX / n` of unit tokens `x` of shape `(..., n, d)`, shape `(..., d, d)`."""
+    return jnp.einsum("...ki,...kj->...ij", x, x) / x.shape[-2]
+
+
+def _gap_from_moment(Q):
+    d = Q.shape[-1]
+    return d * (1 - jnp.sum(Q * Q, axis=(-2, -1))) / (d - 1)
 
 
 def _circle_cluster_structure(x, cluster_tol):
@@ -602,7 +608,8 @@ def classify_tokens(
     ts = ts.astype(xs.dtype)
     d = xs.shape[-1]
     xs = normalise(xs)
-    gap = clustering_gap(xs)
+    Q = _moment(xs)
+    gap = _gap_from_moment(Q)
     dt = ts[1:] - ts[:-1]
     motion = jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / dt
     start = _window_start(ts.shape[0], window)
@@ -629,7 +636,6 @@ def classify_tokens(
         # as oscillation signal the coordinate of Q along its largest excursion from the
         # window mean: a tokens' rigid rotation that leaves Q at rest is not motion, and an
         # orbit of Q shows up even when the clustering gap hardly changes.
-        Q = jnp.einsum("tni,tnj->tij", xs, xs) / xs.shape[-2]
         dQ = jnp.diff(Q, axis=0)
         rule_motion = np.sqrt(2) * _safe_sqrt(jnp.sum(dQ * dQ, axis=(-2, -1))) / dt
         dev = Q - jnp.mean(Q[start:], axis=0)

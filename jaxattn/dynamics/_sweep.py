@@ -148,7 +148,7 @@ def _member(A, V, beta, seed, cfg: _Config):
     key = jax.random.key(seed)
     k_phase, k_tokens = jax.random.split(key)
     R0 = cfg.r0 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=dtype))
-    x0 = None
+    x0 = theta0 = None
     if cfg.method != "ott_antonsen":
         if cfg.d == 2 and cfg.init == "wrapped_cauchy":
             theta0 = sample_wrapped_cauchy(k_tokens, cfg.n, R0, dtype=dtype)
@@ -181,7 +181,8 @@ def _member(A, V, beta, seed, cfg: _Config):
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
     elif cfg.method == "watanabe_strogatz":
-        theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
+        if theta0 is None:  # uniform initial tokens
+            theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
         sol = solve_watanabe_strogatz(A, Vs, theta0, beta=beta, throw=False, **solve_kw)
         xs = sol.points()
     else:
