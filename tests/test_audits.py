@@ -144,6 +144,27 @@ def test_rank_one_audit_float32_path():
         assert float(a.s2_over_s1) == pytest.approx(1e-6, rel=1e-5)
 
 
+def test_rank_one_audit_float32_gradient_at_tiny_scale():
+    """σ₁ ≈ 1e-20 in float32 (σ₁² underflows): the gradients stay finite and, the audit being
+    scale-invariant (f(c·M) = f(M)), equal ∇f(M)/c with ∇f(M) computed in float64 at scale 1."""
+    m = np.random.default_rng(3).normal(size=(4, 4))
+    m[3] = 0.5 * m[0] + 0.25 * m[1]  # a zero singular value as well
+
+    def loss(m):
+        a = rank_one_audit(m)
+        return a.rank_one_deficit + a.s2_over_s1 + a.row_spread
+
+    truth = np.asarray(jax.grad(loss)(jnp.asarray(m, jnp.float64)))
+    with jax.enable_x64(False):
+        c = 1e-20
+        g = np.asarray(jax.grad(loss)(jnp.asarray(m * c, jnp.float32)))
+        a = rank_one_audit(jnp.asarray(m * c, jnp.float32))
+        assert float(a.singular_values[0]) == pytest.approx(np.linalg.svd(m)[1][0] * c, rel=1e-5)
+        assert int(a.numerical_rank) == 3
+    assert g.dtype == np.float32 and np.isfinite(g).all()
+    np.testing.assert_allclose(g * c, truth, rtol=2e-3, atol=2e-4 * np.abs(truth).max())
+
+
 @pytest.mark.parametrize("which", ["zero", "identity", "constant", "rank_one"])
 def test_rank_one_audit_gradients_finite(which, getkey):
     mats = {

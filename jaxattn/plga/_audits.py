@@ -160,11 +160,20 @@ class RankOneAudit(eqx.Module):
     collapsed: Bool[Array, "*batch"]
 
 
-def _singular_values(m: Array) -> Array:
-    """Singular values of the last two axes, descending, computed on a rescaled copy."""
+def _normalised_singular_values(m: Array) -> tuple[Array, Array]:
+    """`(σ(M/c), c)`: the singular values (descending) of `M / c`, `c = max|M|` per matrix (1 for
+    the zero matrix; no gradient through `c`). Ratios of singular values are taken from these, not
+    from `σ(M) = c·σ(M/c)`: for `σ₁ ≲ 1e-19` in float32, `σ₁²` underflows and the gradient of
+    `σ_i/σ₁` through the unscaled values is `inf·0 = NaN`."""
     c = jax.lax.stop_gradient(jnp.max(jnp.abs(m), axis=(-2, -1), keepdims=True))
     c = jnp.where(c > 0, c, 1)
-    return jnp.linalg.svd(m / c, compute_uv=False) * c[..., 0]
+    return jnp.linalg.svd(m / c, compute_uv=False), c[..., 0]
+
+
+def _singular_values(m: Array) -> Array:
+    """Singular values of the last two axes, descending, computed on a rescaled copy."""
+    s, c = _normalised_singular_values(m)
+    return s * c
 
 
 @eqx.filter_jit
@@ -188,10 +197,11 @@ def rank_one_audit(
     """
     m = _wide(m)
     _check_matrix("m", m, "rank_one_audit")
-    s = _singular_values(m)
-    s1 = s[..., 0]
-    r = _safe_div(s, s1[..., None])  # s / s₁ ∈ [0, 1]; all zero for the zero matrix
-    rank = jnp.sum(s > rtol * s1[..., None], axis=-1)
+    sn, scale = _normalised_singular_values(m)  # ratios from σ(M/max|M|): finite gradients
+    s = sn * scale
+    s1 = sn[..., 0]
+    r = _safe_div(sn, s1[..., None])  # s / s₁ ∈ [0, 1]; all zero for the zero matrix
+    rank = jnp.sum(sn > rtol * s1[..., None], axis=-1)
     s2 = r[..., 1] if s.shape[-1] > 1 else jnp.zeros_like(s1)
     tail = jnp.sum(jnp.square(r[..., 1:]), axis=-1)
     deficit = _safe_div(tail, 1 + tail) * (s1 > 0)
