@@ -238,8 +238,9 @@ def from_reference(
 
     **Returns:** the model.
 
-    **Raises:** `ValueError` naming missing, unexpected or mis-shaped keys, an unreadable file or
-    an unknown suffix; `FileNotFoundError` for a missing path.
+    **Raises:** `ValueError` naming missing, unexpected or mis-shaped keys, keys holding NaN or
+    infinite entries (or entries that overflow `dtype`), an unreadable file or an unknown suffix;
+    `FileNotFoundError` for a missing path.
     """
     weights, hints = _read(source)
     if config is None:
@@ -285,14 +286,41 @@ def from_reference(
         raise ValueError(
             "Weights do not match the reference layout for this config: " + "; ".join(problems)
         )
+    _check_finite(weights, expected)
     if dtype is None:
         dtype = jnp.asarray(weights["decoder.embedding.weight"][:1]).dtype
-    values = [jnp.asarray(_stack(keys, weights), dtype) for _, keys in entries]
+    with np.errstate(over="ignore"):  # an overflowing cast is reported below, by key
+        values = [jnp.asarray(_stack(keys, weights), dtype) for _, keys in entries]
+    for (_, keys), value in zip(entries, values):
+        if not bool(jnp.isfinite(value).all()):
+            raise ValueError(
+                f"Weights overflow {jnp.dtype(dtype).name}: {_flat_keys(keys)[0]!r} (or a key "
+                f"stacked with it) has entries beyond its range; load in a wider `dtype`."
+            )
     getters = [g for g, _ in entries]
     model = eqx.filter_eval_shape(
         lambda: PLDRLLM(config, key=jax.random.key(0), attention=attention, dtype=dtype)
     )
     return eqx.tree_at(lambda m: [g(m) for g in getters], model, values)
+
+
+def _check_finite(weights: Mapping[str, np.ndarray], keys) -> None:
+    """Refuse NaN or infinite weights, naming the keys (a single one makes every logit NaN)."""
+    bad = []
+    for key in sorted(keys):
+        w = np.asarray(weights[key])
+        if w.dtype.kind not in "fc":  # ints/bools are finite; ml_dtypes (bf16) have kind 'V'
+            if w.dtype.kind in "iub":
+                continue
+            w = w.astype(np.float32)
+        finite = np.isfinite(w)
+        if not finite.all():
+            where = tuple(int(i) for i in np.argwhere(~finite)[0])
+            bad.append(f"{key} ({int((~finite).sum())} entries, first {w[where]} at {where})")
+    if bad:
+        raise ValueError(
+            f"Weights are not finite (NaN or inf) in {len(bad)} key(s): " + "; ".join(bad[:10])
+        )
 
 
 def _unstack(keys, value: np.ndarray, out: dict) -> None:
