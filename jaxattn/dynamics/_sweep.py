@@ -1,37 +1,49 @@
-r"""Batched runs of the attention flow over many parameters: one compiled function per
-sweep shape, the batch axis sharded over every visible device, chunked with a progress
-bar, written to disk chunk by chunk and resumable.
+r"""Batched runs of an attention flow over many members: one compiled function per chunk
+shape, chunks sized from each member's predicted cost and a memory estimate, each chunk
+solved independently on every visible device, written to disk chunk by chunk, resumable
+and reloadable from its folder alone.
 
-Three ways to run a member (`method=`):
+A sweep is composed from four small parts, the way `diffrax.diffeqsolve` composes a
+solver, a step-size controller, `SaveAt` and an adjoint:
 
-- `"particles"`: the full particle flow (`simulate`), any `d`, any kernel.
-- `"ott_antonsen"` (d = 2, LSA): the closed ODE for `R₂` on the wrapped-Cauchy manifold.
-- `"watanabe_strogatz"` (d = 2, LSA): the exact finite-`n` reduction
-  (`solve_watanabe_strogatz`: three real ODEs for the Möbius parameters plus `n`
-  constants); every token is reconstructed, so its regime is read by the same token
-  classifier as a particle run.
+- `Members` — *what* is run: a batch of flows (any `eqx.Module` vector field whose array
+  leaves carry a leading batch axis, e.g. a batch of `AttentionDynamics`), one seed per
+  member, the number of tokens, the initial law and the method (`"particles"`, or the
+  d = 2 LSA reductions `"ott_antonsen"` / `"watanabe_strogatz"`).
+- `Integration` — *how each member is solved*: horizon, save points, time scale,
+  tolerances, `max_steps`, dtype.
+- `Judge` — *how each member is judged*: the regime classifier's settings.
+- `Runner` — *how the batch is run*: chunking (by default from the predicted cost of
+  each member, so that a chunk's members take similar step counts), a memory budget,
+  out_dir/resume, progress bar.
+
+`sweep(Members(...), integration=..., judge=..., runner=...)` composes them. The older
+keyword call `sweep(A, V, beta, seeds, method=..., n=..., ...)` remains as a thin layer
+that builds the four parts.
 
 Every member runs the package's own solver for its method (`simulate`,
 `solve_ott_antonsen`, `solve_watanabe_strogatz` with `throw=False`) and is classified by
 `classify_tokens` (particles, WS) or `classify_order_parameter` (OA), so a sweep member
-and a hand-made run of the same parameters agree.
+and a hand-made run of the same parameters agree (in float64 to rounding; in float32
+the vectorised arithmetic of a chunk may round differently from a solo run, so states
+agree to a few float32 ulps and step counts may differ by a few steps).
 
 Lockstep. A `vmap` of an adaptive solve advances the batch in one `while_loop`: every
-member pays for as many loop iterations as the slowest member takes. Two defences are
-built in. (1) `time_scale="natural"` (default) integrates each member in its own time
-unit `s = r t` with `r = β ‖A‖₂ ‖V‖₂` (LSA/OA/WS; the bound of the drive), which is
-exactly the substitution `V → V / r` because the field is linear in `V`; every member then
-covers the same number of its own time units, so step counts are alike and the regime
-rules (read per unit of time) are scale-free. (2) `group="pilot"` (d = 2, LSA) runs the cheap
-Ott–Antonsen ODE of every member first and sorts members by its step count before
-cutting the batch into chunks (`group="stiffness"` sorts by `β‖A‖‖V‖` instead), so
-members of similar stiffness share a chunk. The benchmark `experiments/bench_sweep.py`
-measures both.
+member pays for as many loop iterations as the slowest member of its chunk. The
+defences: (1) `time_scale="natural"` integrates each member in its own time unit
+`s = r t` (`r` a bound of its speed), so members cover similar numbers of steps; (2)
+members are ordered by a predicted cost (the step counts of a cheap Ott–Antonsen pilot
+for d = 2 LSA, else `β‖A‖‖V‖`) and the ordered batch is cut into chunks whose predicted
+lockstep efficiency `Σ steps_i / (size · max steps)` reaches a target, with sizes from
+a few powers of two (one compilation each) capped by a memory estimate. The measured
+efficiency is reported (`SweepResult.lockstep_efficiency`).
 
-Multi-host. After `jax.distributed.initialize()` every process calls `sweep` with the
-same full parameter arrays; the batch of each chunk is laid out over `jax.devices()` (all
-hosts) with `jax.make_array_from_callback`, the results are gathered with
-`multihost_utils.process_allgather`, and only process 0 writes files and shows progress.
+Devices. Each chunk is laid out over all visible devices and solved with `shard_map`:
+every device runs its own members' solver loops, with no collective inside them, so a
+device never waits for the slowest member of another. Results are bitwise equal for any
+device count. After `jax.distributed.initialize()` every process calls `sweep` with the
+same full inputs; results are gathered with `multihost_utils.process_allgather` and only
+process 0 writes files and shows progress.
 """
 
 from __future__ import annotations
@@ -69,24 +81,47 @@ from ._watanabe_strogatz import solve_watanabe_strogatz
 
 __all__ = [
     "REGIME_NAMES",
+    "FAILED",
+    "NOT_RUN",
+    "Members",
+    "Integration",
+    "Judge",
+    "Runner",
     "SweepResult",
     "sweep",
     "natural_rate",
+    "regime_label",
     "result_message",
 ]
 
 # Regime codes of a sweep are the values of `REGIMES`; these are their short names in code
-# order, so `REGIME_NAMES[code]` names a member's regime.
+# order, so `REGIME_NAMES[code]` names a member's regime. Two codes outside `REGIMES` mark
+# members that have no regime: `FAILED` (the solve failed: no measurement) and `NOT_RUN`
+# (a member of an interrupted sweep that was never computed). They are negative so they
+# can never be mistaken for a regime (`regime_label` names every code).
 REGIME_NAMES = tuple(REGIMES._name_to_item)
 UNDETERMINED = int(REGIMES.undetermined._value)
+FAILED = -1
+NOT_RUN = -2
 
 METHODS = ("particles", "ott_antonsen", "watanabe_strogatz")
+INITS = ("wrapped_cauchy", "uniform", "disc")
 
 # Evidence fields (`RegimeEvidence`) that carry a unit of time, converted from the member's
 # natural time back to physical time.
 _RATES = ("final_motion", "drift_rate", "rotation_rate")
 _TIMES = ("period",)
 EVIDENCE_FIELDS = tuple(RegimeEvidence.__dataclass_fields__)
+
+
+def regime_label(code: int) -> str:
+    """The name of a sweep regime code: a `REGIMES` short name, `"failed"` or `"not run"`."""
+    code = int(code)
+    if code == FAILED:
+        return "failed"
+    if code == NOT_RUN:
+        return "not run"
+    return REGIME_NAMES[code]
 
 
 def result_message(code: int) -> str:
@@ -114,60 +149,464 @@ def natural_rate(A, V, beta, kernel: str = "lsa", score_shift=0.0):
     return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0)
 
 
+def _positive(where, name, value, *, allow_none=False):
+    if value is None and allow_none:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
+    if isinstance(value, bool) or not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
+    return v
+
+
+def _count(where, name, value, lo=1):
+    if isinstance(value, bool) or not float(value).is_integer() or int(value) < lo:
+        raise ValueError(f"{where}: {name} must be an integer >= {lo}, got {value!r}.")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------
+# The four parts of a sweep
+# ---------------------------------------------------------------------------------------
+
+
+def _flow_d(flow, batched: bool) -> int | None:
+    """The token dimension of a flow: `A`'s last axis, or the flow's own `d`."""
+    A = getattr(flow, "A", None)
+    if A is not None and hasattr(A, "shape") and len(A.shape) >= 2:
+        return int(A.shape[-1])
+    d = getattr(flow, "d", None)
+    if d is not None and not batched:
+        return int(d)
+    return None
+
+
+class Members(eqx.Module):
+    r"""What a sweep runs: a batch of flows, one seed per member, the initial law, the method.
+
+    **Arguments:**
+
+    - `flow`: the flows, one per member. Any `eqx.Module` vector field
+      `flow(t, x, args) -> dx/dt` on tokens `x` of shape `(n, d)` (the flow protocol of
+      `simulate`) whose array leaves all carry a leading batch axis of the same size
+      (`batched=True`, e.g. built with `eqx.filter_vmap(make_flow)(params)`), or a single
+      flow shared by all members (`batched=False`; members then differ by seed only).
+      For a batch of `AttentionDynamics`, `A`, `V` have shape `(batch, d, d)` and `beta`,
+      `score_shift` shape `(batch,)`.
+    - `seeds`: int or `(batch,)` ints in `[0, 2³²)`; member `i` draws its initial tokens
+      with `jax.random.key(seeds[i])`.
+    - `n`: tokens per member.
+    - `method`: `"particles"` (any flow, any d), `"ott_antonsen"` or `"watanabe_strogatz"`
+      (the d = 2 LSA reductions: the flow must be an LSA `AttentionDynamics` with d = 2).
+    - `init`: the initial law. `"wrapped_cauchy"` (d = 2: doubled angles i.i.d. wrapped
+      Cauchy with `R₂(0) = r0 e^{iψ}`, random phase `ψ`, the same `R₀` the OA method
+      starts from; uniform on the sphere in d > 2), `"disc"` (as `"wrapped_cauchy"` with
+      `R₂(0)` uniform in the disc of radius `r0`: diverse initial states for basin
+      fractions), `"uniform"` (uniform on the sphere; not for OA), or a callable
+      `init(key, n, d, dtype) -> (n, d)` tokens (particles only).
+    - `r0`: `|R₂(0)|` (or the disc radius), in `[0, 1)`.
+    - `d`: the token dimension, needed only for a flow without an `A` leaf.
+    - `shape`: the logical shape of the batch (e.g. a cartesian grid), product = batch.
+
+    **Raises:** `ValueError` naming the argument for an unknown method or law, a flow
+    that is not an `eqx.Module`, array leaves without a common batch axis, seeds out of
+    range or of the wrong length, a reduced method on a flow other than d = 2 LSA
+    `AttentionDynamics`, or `n` too small.
+    """
+
+    flow: Any
+    seeds: np.ndarray
+    n: int = eqx.field(static=True)
+    d: int = eqx.field(static=True)
+    method: str = eqx.field(static=True)
+    init: Any = eqx.field(static=True)
+    r0: float = eqx.field(static=True)
+    shape: tuple = eqx.field(static=True)
+    batched: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        flow,
+        *,
+        seeds=0,
+        n: int = 256,
+        method: Literal["particles", "ott_antonsen", "watanabe_strogatz"] = "particles",
+        init: str | Callable = "wrapped_cauchy",
+        r0: float = 0.1,
+        d: int | None = None,
+        shape: tuple | None = None,
+        batched: bool = True,
+    ):
+        where = "Members"
+        if method not in METHODS:
+            raise ValueError(f"sweep: method must be one of {METHODS}, got {method!r}.")
+        if not isinstance(flow, eqx.Module) or not callable(flow):
+            raise ValueError(
+                f"{where}: flow must be an eqx.Module vector field flow(t, x, args), got "
+                f"{type(flow).__name__}."
+            )
+        if not (callable(init) or init in INITS):
+            raise ValueError(f"sweep: init must be one of {INITS} or a callable, got {init!r}.")
+        if callable(init) and method != "particles":
+            raise ValueError(f"{where}: a callable init law needs method='particles'.")
+        if init == "uniform" and method == "ott_antonsen":
+            raise ValueError(
+                f"{where}: init='uniform' has R₂(0) ≈ 0, a fixed point of the Ott–Antonsen "
+                "ODE; use 'wrapped_cauchy' or 'disc'."
+            )
+        if isinstance(n, bool) or not float(n).is_integer():
+            raise ValueError(f"sweep: n must be an integer number of tokens, got n={n!r}.")
+        if int(n) < 1:
+            raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
+        if method == "watanabe_strogatz" and int(n) < 3:
+            raise ValueError(f"sweep: the Watanabe–Strogatz reduction needs n >= 3, got n={n}.")
+        if not 0 <= float(r0) < 1:
+            raise ValueError(f"sweep: r0 = |R₂(0)| must lie in [0, 1), got r0={r0}.")
+        seeds = np.atleast_1d(np.asarray(seeds))
+        if (
+            seeds.ndim != 1
+            or not np.issubdtype(seeds.dtype, np.integer)
+            or np.any(seeds < 0)
+            or np.any(seeds >= 2**32)
+        ):
+            raise ValueError(
+                f"sweep: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
+                f"(dtype {seeds.dtype})."
+            )
+        leaves = [x for x in jax.tree_util.tree_leaves(flow) if eqx.is_array_like(x)]
+        leaves = [np.shape(x) for x in leaves if not isinstance(x, (bool, int, float))]
+        if batched:
+            sizes = {s[0] if len(s) else None for s in leaves}
+            if None in sizes or len(sizes) != 1:
+                raise ValueError(
+                    f"{where}: with batched=True every array leaf of the flow needs the same "
+                    f"leading batch axis; got leaf shapes {leaves[:6]}."
+                )
+            B = sizes.pop()
+            if seeds.shape[0] not in (1, B):
+                raise ValueError(
+                    f"{where}: {seeds.shape[0]} seeds for a batch of {B} flows (give one "
+                    "seed or one per member)."
+                )
+        else:
+            B = seeds.shape[0]
+        if B == 0:
+            raise ValueError("sweep: empty batch (no members).")
+        seeds = np.broadcast_to(seeds.astype(np.uint32), (B,)).copy()
+        if d is None:
+            d = _flow_d(flow, batched)
+        if d is None:
+            raise ValueError(f"{where}: give d= (the flow has no A leaf to read it from).")
+        if int(d) < 2:
+            raise ValueError(f"{where}: need d >= 2, got d={d}.")
+        if method != "particles":
+            ok = isinstance(flow, AttentionDynamics) and flow.kernel == "lsa" and int(d) == 2
+            if not ok:
+                kernel = getattr(flow, "kernel", type(flow).__name__)
+                raise ValueError(
+                    f"sweep: method={method!r} is the d = 2 LSA reduction; got d = {d}, "
+                    f"kernel={kernel!r}."
+                )
+        if shape is None:
+            shape = (B,)
+        shape = tuple(int(s) for s in shape)
+        if math.prod(shape) != B:
+            raise ValueError(f"{where}: shape {shape} does not hold {B} members.")
+        self.flow = flow
+        self.seeds = seeds
+        self.n = int(n)
+        self.d = int(d)
+        self.method = method
+        self.init = init
+        self.r0 = float(r0)
+        self.shape = shape
+        self.batched = bool(batched)
+
+    @property
+    def size(self) -> int:
+        """Number of members."""
+        return int(self.seeds.shape[0])
+
+
+class Integration(eqx.Module):
+    r"""How each member of a sweep is solved.
+
+    **Arguments:**
+
+    - `t1`: horizon, in each member's natural time unit when `time_scale="natural"`
+      (time `s = r t`; `r = natural_rate(...)` for `AttentionDynamics`, the flow's own
+      `natural_rate(x0)` where it defines one, else 1), else in physical time.
+    - `num_save`: equally spaced save times on `[0, t1]` (the classifier reads the late
+      window of these).
+    - `time_scale`: `"natural"` or `"physical"`.
+    - `rtol`, `atol`, `max_steps`: forwarded to the solver (PID controller).
+    - `dtype`: real floating dtype of the members (default: JAX's default float).
+
+    **Raises:** `ValueError` naming the argument for a non-positive or non-finite
+    horizon/tolerance, `max_steps < 1`, an unknown time scale or a non-floating dtype.
+    """
+
+    t1: float = eqx.field(static=True)
+    num_save: int = eqx.field(static=True)
+    time_scale: str = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    dtype: Any = eqx.field(static=True)
+
+    def __init__(
+        self,
+        t1: float = 100.0,
+        num_save: int = 201,
+        *,
+        time_scale: Literal["natural", "physical"] = "natural",
+        rtol: float = 1e-7,
+        atol: float = 1e-9,
+        max_steps: int = 16384,
+        dtype=None,
+    ):
+        where = "sweep"
+        if time_scale not in ("natural", "physical"):
+            raise ValueError(
+                f"{where}: time_scale must be 'natural' or 'physical', got {time_scale!r}."
+            )
+        self.t1 = _positive(where, "t1", t1)
+        self.num_save = _count(where, "num_save", num_save, 2)
+        self.time_scale = time_scale
+        self.rtol = _positive(where, "rtol", rtol)
+        self.atol = _positive(where, "atol", atol)
+        self.max_steps = _count(where, "max_steps", max_steps)
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            if not np.issubdtype(dtype, np.floating):
+                raise ValueError(f"{where}: dtype must be a real floating dtype, got {dtype}.")
+        self.dtype = dtype
+
+    def resolved_dtype(self) -> np.dtype:
+        """The members' dtype: `dtype`, or JAX's default float (float64 under x64)."""
+        return np.dtype(jnp.result_type(float) if self.dtype is None else self.dtype)
+
+
+class Judge(eqx.Module):
+    r"""How each member of a sweep is judged: the regime classifier's settings.
+
+    **Arguments:**
+
+    - `window`: the late fraction of the save times the classifier reads.
+    - `cluster_tol`: the angular tolerance of the final cluster structure (radians).
+    - `gap_floor`: the clustering gap read as "on the circle"; `None` means
+      `max(default_gap_floor(dtype), 10 rtol)` (saved states jitter at the solver
+      tolerance).
+    - `rest_tol`: the motion read as "at rest"; `None` for the classifier's default.
+
+    Particle and Watanabe–Strogatz members are classified from their tokens by
+    `classify_tokens`, Ott–Antonsen members from `R₂(t)` by `classify_order_parameter`;
+    the rules are rate-based and read per unit of the member's own time.
+
+    **Raises:** `ValueError` naming a non-positive or non-finite setting.
+    """
+
+    window: float = eqx.field(static=True)
+    cluster_tol: float = eqx.field(static=True)
+    gap_floor: float | None = eqx.field(static=True)
+    rest_tol: float | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        *,
+        window: float = 0.5,
+        cluster_tol: float = 1e-3,
+        gap_floor: float | None = None,
+        rest_tol: float | None = None,
+    ):
+        where = "sweep"
+        self.window = _positive(where, "window", window)
+        self.cluster_tol = _positive(where, "cluster_tol", cluster_tol)
+        self.gap_floor = _positive(where, "gap_floor", gap_floor, allow_none=True)
+        self.rest_tol = _positive(where, "rest_tol", rest_tol, allow_none=True)
+
+
+class Runner(eqx.Module):
+    r"""How the batch of a sweep is run.
+
+    **Arguments:**
+
+    - `chunk_size`: `"auto"` (default): members are ordered by their predicted cost
+      (`group`) and cut into chunks of a few power-of-two sizes, the largest whose
+      predicted lockstep efficiency reaches `efficiency`, capped by `memory_budget`;
+      an int: fixed chunks of that many members (rounded up to a multiple of the device
+      count); `None`: the whole batch at once.
+    - `group`: how members are ordered before chunking (results come back in input
+      order): `"pilot"` (d = 2 LSA `AttentionDynamics`: step counts of an Ott–Antonsen
+      pilot of the same members, ≈ 1000× cheaper), `"stiffness"` (`β‖A‖‖V‖`, physical
+      time), `"none"`; `"auto"` = `"pilot"` where it applies, else `"stiffness"`.
+    - `efficiency`: the predicted lockstep efficiency a chunk must reach (auto chunks).
+    - `memory_budget`: bytes one chunk may use; `None` = a quarter of the memory
+      available on the device (host RAM on CPU).
+    - `out_dir`: if given, each finished chunk is written there (`chunk_XXXXX.npz` +
+      `.json`, plus `manifest.json` and `members.npz`); with `resume=True` chunks already
+      there (same sweep, checked by fingerprint) are loaded instead of recomputed, and
+      `SweepResult.load(out_dir)` reloads the sweep without repeating the call.
+    - `progress`: a tqdm bar (members, failures, lockstep efficiency).
+    - `on_chunk(i, info)`: called after each chunk is finished and written.
+
+    **Raises:** `ValueError` naming a bad chunk size, group, efficiency or budget.
+    """
+
+    chunk_size: int | str | None = eqx.field(static=True)
+    group: str = eqx.field(static=True)
+    efficiency: float = eqx.field(static=True)
+    memory_budget: float | None = eqx.field(static=True)
+    out_dir: str | None = eqx.field(static=True)
+    resume: bool = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
+    on_chunk: Callable | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        *,
+        chunk_size: int | Literal["auto"] | None = "auto",
+        group: Literal["auto", "pilot", "stiffness", "none"] = "auto",
+        efficiency: float = 0.85,
+        memory_budget: float | None = None,
+        out_dir: str | os.PathLike | None = None,
+        resume: bool = True,
+        progress: bool = True,
+        on_chunk: Callable[[int, dict], Any] | None = None,
+    ):
+        where = "sweep"
+        if chunk_size is not None and chunk_size != "auto":
+            if isinstance(chunk_size, bool) or int(chunk_size) < 1:
+                raise ValueError(
+                    f"{where}: chunk_size must be >= 1, 'auto' or None, got {chunk_size!r}."
+                )
+            chunk_size = int(chunk_size)
+        if group not in ("auto", "pilot", "stiffness", "none"):
+            raise ValueError(
+                f"{where}: group must be 'auto', 'pilot', 'stiffness' or 'none', got {group!r}."
+            )
+        if not 0 < float(efficiency) <= 1:
+            raise ValueError(f"{where}: efficiency must lie in (0, 1], got {efficiency!r}.")
+        self.chunk_size = chunk_size
+        self.group = group
+        self.efficiency = float(efficiency)
+        self.memory_budget = _positive(where, "memory_budget", memory_budget, allow_none=True)
+        self.out_dir = None if out_dir is None else os.fspath(out_dir)
+        self.resume = bool(resume)
+        self.progress = bool(progress)
+        self.on_chunk = on_chunk
+
+
+# ---------------------------------------------------------------------------------------
+# One member
+# ---------------------------------------------------------------------------------------
+
+
 @dataclasses.dataclass(frozen=True)
 class _Config:
+    """Everything static about a member's run (hashable: part of the compiled key)."""
+
     method: str
-    kernel: str
     n: int
     d: int
     t1: float
     num_save: int
     natural: bool
     r0: float
-    init: str
+    init: Any
     rtol: float
     atol: float
     max_steps: int
-    score_shift: float
-    score_shift_auto: bool
     window: float
     cluster_tol: float
     gap_floor: float | None
     rest_tol: float | None
 
+    def as_json(self) -> dict:
+        out = dataclasses.asdict(self)
+        if callable(self.init):
+            out["init"] = f"callable {getattr(self.init, '__qualname__', repr(self.init))}"
+        return out
 
-def _member(A, V, beta, seed, cfg: _Config):
-    dtype = A.dtype
-    if cfg.score_shift_auto:
-        # USA: the smallest shift that keeps exp(β σ_max(A) − shift) ≤ sqrt(largest float).
-        bound = jnp.abs(beta) * jnp.linalg.norm(jnp.where(jnp.isfinite(A), A, 0), ord=2)
-        shift = jnp.maximum(bound - 0.5 * math.log(float(jnp.finfo(dtype).max)), 0.0)
-    else:
-        shift = jnp.asarray(cfg.score_shift, dtype)
-    ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
-    key = jax.random.key(seed)
+
+class _TimeRescaled(eqx.Module):
+    """`flow` in the time `s = r t`: `dx/ds = f(s/r, x)/r` (the member's natural time)."""
+
+    flow: Any
+    rate: jax.Array
+
+    @property
+    def manifold(self):
+        return getattr(self.flow, "manifold", "sphere")
+
+    def __call__(self, t, x, args=None):
+        return self.flow(t / self.rate, x, args) / self.rate
+
+
+def _initial_state(flow, key, cfg: _Config, dtype):
+    """Initial tokens (or None for OA), their angles (d = 2 laws) and R₂(0)."""
     k_phase, k_tokens = jax.random.split(key)
-    R0 = cfg.r0 * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=dtype))
-    x0 = theta0 = None
-    if cfg.method != "ott_antonsen":
-        if cfg.d == 2 and cfg.init == "wrapped_cauchy":
-            theta0 = sample_wrapped_cauchy(k_tokens, cfg.n, R0, dtype=dtype)
-            x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
-        else:
-            x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
-    if not cfg.natural:
-        rate = jnp.asarray(1.0, dtype)
-    elif cfg.kernel == "lsa":
-        rate = natural_rate(A, V, beta, "lsa").astype(dtype)
+    if cfg.init == "disc":
+        k_phase, k_rad = jax.random.split(k_phase)
+        radius = cfg.r0 * jnp.sqrt(jax.random.uniform(k_rad, (), dtype=dtype))
     else:
+        radius = jnp.asarray(cfg.r0, dtype)
+    R0 = radius * jnp.exp(2j * jnp.pi * jax.random.uniform(k_phase, (), dtype=dtype))
+    x0 = theta0 = None
+    if cfg.method == "ott_antonsen":
+        return x0, theta0, R0
+    if callable(cfg.init):
+        x0 = jnp.asarray(cfg.init(k_tokens, cfg.n, cfg.d, dtype), dtype)
+    elif cfg.d == 2 and cfg.init in ("wrapped_cauchy", "disc"):
+        theta0 = sample_wrapped_cauchy(k_tokens, cfg.n, R0, dtype=dtype)
+        x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
+    else:
+        x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
+    return x0, theta0, R0
+
+
+def _member_rate(flow, x0, cfg: _Config, dtype):
+    """The member's natural rate (1 in physical time)."""
+    if not cfg.natural:
+        return jnp.asarray(1.0, dtype)
+    if isinstance(flow, AttentionDynamics):
+        if flow.kernel == "lsa":
+            return natural_rate(flow.A, flow.V, flow.beta, "lsa").astype(dtype)
         # USA / SA: the bound ‖V‖ e^{β σ_max(A)} overstates typical speeds by orders of
         # magnitude; use ‖V‖₂ times the largest initial weight mass (1/n) Σ_j w_kj.
-        f0 = AttentionDynamics(A, V, beta=beta, kernel=cfg.kernel, score_shift=shift)
-        s0 = f0.scores(jnp.where(jnp.isfinite(x0), x0, 0))
-        mass = jnp.max(jnp.mean(jnp.exp(s0 - shift), axis=1)) if cfg.kernel == "usa" else 1.0
-        r = jnp.linalg.norm(jnp.where(jnp.isfinite(V), V, 0), ord=2) * mass
-        rate = jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
-    Vs = V / rate
+        safe = eqx.tree_at(
+            lambda f: (f.A, f.beta),
+            flow,
+            (jnp.where(jnp.isfinite(flow.A), flow.A, 0), jnp.nan_to_num(flow.beta)),
+        )
+        s0 = safe.scores(jnp.where(jnp.isfinite(x0), x0, 0))
+        if flow.kernel == "usa":
+            mass = jnp.max(jnp.mean(jnp.exp(s0 - flow.score_shift), axis=1))
+        else:
+            mass = 1.0
+        r = jnp.linalg.norm(jnp.where(jnp.isfinite(flow.V), flow.V, 0), ord=2) * mass
+    elif hasattr(flow, "natural_rate"):
+        r = flow.natural_rate(x0)
+    else:
+        return jnp.asarray(1.0, dtype)
+    return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
+
+
+def _member(flow, seed, cfg: _Config):
+    """Solve and classify one member; every output is an array with no batch axis."""
+    dtype = jnp.result_type(*[x for x in jax.tree_util.tree_leaves(flow) if eqx.is_array(x)])
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
+    x0, theta0, R0 = _initial_state(flow, jax.random.key(seed), cfg, dtype)
+    rate = _member_rate(flow, x0, cfg, dtype)
+    if isinstance(flow, AttentionDynamics):
+        # The field is linear in V: V → V/r is exactly the time rescaling.
+        run_flow = eqx.tree_at(lambda f: f.V, flow, flow.V / rate)
+    else:
+        run_flow = _TimeRescaled(flow, rate)
     solve_kw = dict(t1=cfg.t1, ts=ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps)
     gap_floor = cfg.gap_floor
     if gap_floor is None:
@@ -177,17 +616,18 @@ def _member(A, V, beta, seed, cfg: _Config):
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
     xs = None
     if cfg.method == "ott_antonsen":
-        sol = solve_ott_antonsen(A, Vs, R0, beta=beta, throw=False, **solve_kw)
+        sol = solve_ott_antonsen(
+            run_flow.A, run_flow.V, R0, beta=run_flow.beta, throw=False, **solve_kw
+        )
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
     elif cfg.method == "watanabe_strogatz":
-        if theta0 is None:  # uniform initial tokens
-            theta0 = jnp.arctan2(x0[:, 1], x0[:, 0])
-        sol = solve_watanabe_strogatz(A, Vs, theta0, beta=beta, throw=False, **solve_kw)
+        sol = solve_watanabe_strogatz(
+            run_flow.A, run_flow.V, theta0, beta=run_flow.beta, throw=False, **solve_kw
+        )
         xs = sol.points()
     else:
-        field = AttentionDynamics(A, Vs, beta=beta, kernel=cfg.kernel, score_shift=shift)
-        sol = simulate(field, x0, throw=False, **solve_kw)
+        sol = simulate(run_flow, x0, throw=False, **solve_kw)
         xs = sol.xs
     if xs is not None:
         regime, ev = classify_tokens(ts, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
@@ -195,12 +635,10 @@ def _member(A, V, beta, seed, cfg: _Config):
             R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)
         else:
             R2 = jnp.full(ts.shape, jnp.nan, dtype) * (1 + 0j)
-    order = (
-        jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - clustering_gap(xs), 0.0, 1.0))
-    )
+    order = jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - clustering_gap(xs), 0.0, 1.0))
     result = sol.result._value
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
-    regime = jnp.where(failed, UNDETERMINED, regime._value)
+    regime = jnp.where(failed, FAILED, regime._value)
     evidence = {k: getattr(ev, k) for k in EVIDENCE_FIELDS}
     for k, v in evidence.items():  # a failed member has no measurement
         evidence[k] = jnp.where(failed, -1 if jnp.issubdtype(v.dtype, jnp.integer) else jnp.nan, v)
@@ -220,10 +658,27 @@ def _member(A, V, beta, seed, cfg: _Config):
     )
 
 
+def _vmapped(dynamic, static, seed, cfg):
+    flow = eqx.combine(dynamic, static)
+    return eqx.filter_vmap(lambda f, s: _member(f, s, cfg))(flow, seed)
+
+
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read the count
-def _sweep_chunk(A, V, beta, seed, cfg: _Config):
-    return jax.vmap(lambda a, v, b, s: _member(a, v, b, s, cfg))(A, V, beta, seed)
+def _sweep_chunk(dynamic, static, seed, cfg: _Config, mesh):
+    if mesh is None:
+        return _vmapped(dynamic, static, seed, cfg)
+    # One solver loop per device: no collective inside the while loops, so no device
+    # waits for another device's slowest member.
+    spec = PartitionSpec("batch")
+    local = jax.shard_map(
+        lambda dyn, s: _vmapped(dyn, static, s, cfg),
+        mesh=mesh,
+        in_specs=(spec, spec),
+        out_specs=spec,
+        check_vma=False,
+    )
+    return local(dynamic, seed)
 
 
 def num_traces() -> int:
@@ -236,79 +691,17 @@ def num_traces() -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def _failure_records(members, result, A, V, beta, seed) -> list[dict]:
+def _failure_records(members, result, params, seed) -> list[dict]:
     """One dict per failed member: its index, the reason and its parameters."""
-    return [
-        dict(
-            index=int(i),
-            reason=result_message(int(code)) if code else "non-finite",
-            A=A[i].tolist(),
-            V=V[i].tolist(),
-            beta=float(beta[i]),
-            seed=int(seed[i]),
-        )
-        for i, code in zip(members, result)
-    ]
-
-
-@dataclasses.dataclass
-class SweepResult:
-    """Per-member outcome of a sweep (NumPy arrays on the host, batch axis first).
-
-    **Fields:**
-
-    - `A`, `V` `(batch, d, d)`, `beta` `(batch,)`, `seed` `(batch,)`: the members.
-    - `regime` `(batch,)`: the value of the member's `REGIMES` item (`REGIME_NAMES[code]`
-      is its short name); `undetermined` for a failed member.
-    - `evidence`: dict of `(batch,)` arrays, one per `RegimeEvidence` field, times and
-      rates in physical units (`period`, `final_motion`, `drift_rate`, `rotation_rate`).
-    - `result` (a `RESULTS` code), `failed` (bool), `num_steps`, `rate` (the member's
-      natural rate, 1 when `time_scale="physical"`).
-    - `order` `(batch, times)`: `|R₂|` in d = 2, `ρ = sqrt(1 − clustering_gap)` otherwise;
-      `R2` `(batch, times)` complex (NaN when d > 2); `ts` `(batch, times)` physical save
-      times.
-    - `shape`: the cartesian shape (or `(batch,)`); `seconds`: wall time of the computed
-      chunks; `chunks_computed`, `chunks_loaded`.
-    """
-
-    A: np.ndarray
-    V: np.ndarray
-    beta: np.ndarray
-    seed: np.ndarray
-    regime: np.ndarray
-    result: np.ndarray
-    failed: np.ndarray
-    num_steps: np.ndarray
-    rate: np.ndarray
-    order: np.ndarray
-    R2: np.ndarray
-    evidence: dict
-    ts: np.ndarray
-    shape: tuple
-    seconds: float = 0.0
-    chunks_computed: int = 0
-    chunks_loaded: int = 0
-
-    @property
-    def regime_names(self) -> np.ndarray:
-        """The short regime name of every member, shape `(batch,)`."""
-        return np.asarray(REGIME_NAMES, dtype=object)[self.regime]
-
-    def counts(self) -> dict:
-        """Number of members per regime name (plus `failed`)."""
-        c = {name: int(np.sum(self.regime == i)) for i, name in enumerate(REGIME_NAMES)}
-        c["failed"] = int(np.sum(self.failed))
-        return c
-
-    def failures(self) -> list[dict]:
-        """Each failed member with its parameters and the reason."""
-        bad = np.flatnonzero(self.failed)
-        return _failure_records(bad, self.result[bad], self.A, self.V, self.beta, self.seed)
-
-    def reshape(self, field: str) -> np.ndarray:
-        """A per-member field (or an evidence name) in the cartesian shape of the sweep."""
-        x = self.evidence[field] if field in self.evidence else getattr(self, field)
-        return x.reshape(tuple(self.shape) + x.shape[1:])
+    out = []
+    for i, code in zip(members, result):
+        rec = dict(index=int(i), reason=result_message(int(code)) if code else "non-finite")
+        for k, v in params.items():
+            x = v[i]
+            rec[k] = x.tolist() if isinstance(x, np.ndarray) else x.item()
+        rec["seed"] = int(seed[i])
+        out.append(rec)
+    return out
 
 
 _FIELDS = (
@@ -322,22 +715,254 @@ _FIELDS = (
 ) + tuple(f"evidence_{k}" for k in EVIDENCE_FIELDS)
 
 
+@dataclasses.dataclass
+class SweepResult:
+    """Per-member outcome of a sweep (NumPy arrays on the host, batch axis first).
+
+    **Fields:**
+
+    - `params`: dict of the members' parameters, `(batch, ...)` each: the flow's array
+      leaves by path (`"A"`, `"V"`, `"beta"`, ... for `AttentionDynamics`); `A`, `V`
+      `(batch, d, d)` and `beta` `(batch,)` are also fields when the flow has them (else
+      `None`); `seed` `(batch,)`.
+    - `regime` `(batch,)`: the value of the member's `REGIMES` item (`REGIME_NAMES[code]`
+      is its short name), `FAILED` (−1) for a failed member, `NOT_RUN` (−2) for a member
+      an interrupted sweep never computed (`regime_names` names all of them).
+    - `evidence`: dict of `(batch,)` arrays, one per `RegimeEvidence` field, times and
+      rates in physical units (`period`, `final_motion`, `drift_rate`, `rotation_rate`);
+      NaN (−1 for counts) where there is no measurement.
+    - `result` (a `RESULTS` code), `failed` (bool), `completed` (bool), `num_steps`,
+      `rate` (the member's natural rate, 1 when `time_scale="physical"`).
+    - `order` `(batch, times)`: `|R₂|` in d = 2, `ρ = sqrt(1 − clustering_gap)` otherwise;
+      `R2` `(batch, times)` complex (NaN when d > 2); `ts` `(batch, times)` physical save
+      times.
+    - `shape`: the logical shape (cartesian grid or `(batch,)`); `seconds`: wall time of
+      the computed chunks; `chunks_computed`, `chunks_loaded`.
+    - `lockstep_efficiency`: `Σ steps_i / Σ_chunks (chunk size × max steps in chunk)`
+      over the computed chunks (1 = no member waited for another).
+    - `plan`: the chunk plan (sizes, the grouping, the memory estimate per member and
+      the budget); `config`: the member settings; `environment`: backend, device count,
+      dtype, matmul precision and JAX version of the run.
+    """
+
+    params: dict
+    seed: np.ndarray
+    regime: np.ndarray
+    result: np.ndarray
+    failed: np.ndarray
+    num_steps: np.ndarray
+    rate: np.ndarray
+    order: np.ndarray
+    R2: np.ndarray
+    evidence: dict
+    ts: np.ndarray
+    shape: tuple
+    completed: np.ndarray | None = None
+    seconds: float = 0.0
+    chunks_computed: int = 0
+    chunks_loaded: int = 0
+    lockstep_efficiency: float = float("nan")
+    plan: dict = dataclasses.field(default_factory=dict)
+    config: dict = dataclasses.field(default_factory=dict)
+    environment: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.completed is None:
+            self.completed = np.ones(self.regime.shape, bool)
+
+    @property
+    def A(self):
+        return self.params.get("A")
+
+    @property
+    def V(self):
+        return self.params.get("V")
+
+    @property
+    def beta(self):
+        return self.params.get("beta")
+
+    @property
+    def regime_names(self) -> np.ndarray:
+        """The regime name of every member (`"failed"`, `"not run"` too), shape `(batch,)`."""
+        return np.asarray([regime_label(c) for c in self.regime], dtype=object)
+
+    def counts(self) -> dict:
+        """Number of members per regime name, plus `failed` and `not run`."""
+        c = {name: int(np.sum(self.regime == i)) for i, name in enumerate(REGIME_NAMES)}
+        c["failed"] = int(np.sum(self.regime == FAILED))
+        c["not run"] = int(np.sum(self.regime == NOT_RUN))
+        return c
+
+    def failures(self) -> list[dict]:
+        """Each failed member with its parameters and the reason."""
+        bad = np.flatnonzero(self.failed)
+        return _failure_records(bad, self.result[bad], self.params, self.seed)
+
+    def reshape(self, field: str) -> np.ndarray:
+        """A per-member field (a parameter or an evidence name) in the sweep's shape."""
+        if field in self.evidence:
+            x = self.evidence[field]
+        elif field in self.params:
+            x = self.params[field]
+        else:
+            x = getattr(self, field)
+        return x.reshape(tuple(self.shape) + x.shape[1:])
+
+    @classmethod
+    def load(cls, out_dir) -> SweepResult:
+        """Reload a finished or interrupted sweep from its folder alone.
+
+        Members whose chunk is missing or unreadable come back with `completed=False`
+        and regime `NOT_RUN` (rerunning the same sweep with the same `out_dir` computes
+        just those).
+
+        **Raises:** `ValueError` naming the problem for a folder without a sweep
+        manifest, a damaged manifest or members file, or a chunk of another sweep.
+        """
+        return _load_sweep(os.fspath(out_dir))
+
+
+# ---------------------------------------------------------------------------------------
+# Planning: cost prediction, memory estimate, chunks
+# ---------------------------------------------------------------------------------------
+
+
+def environment_record(dtype=None) -> dict:
+    """Where a computation ran: backend, device count and kinds, process count, the
+    default matmul precision, x64 flag, the dtype and the JAX version."""
+    devices = jax.devices()
+    return dict(
+        backend=jax.default_backend(),
+        device_count=len(devices),
+        device_kind=sorted({d.device_kind for d in devices}),
+        process_count=jax.process_count(),
+        matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+        x64=bool(jax.config.jax_enable_x64),
+        dtype=None if dtype is None else np.dtype(dtype).name,
+        jax_version=jax.__version__,
+    )
+
+
+def _quadratic_scores(flow) -> bool:
+    """Whether the flow builds an `(n, n)` score matrix (all but LSA `AttentionDynamics`)."""
+    return not (isinstance(flow, AttentionDynamics) and flow.kernel == "lsa")
+
+
+def member_memory(members: Members, integration: Integration) -> int:
+    """Estimated peak bytes of one member in a compiled chunk (saved states, solver
+    stages, classifier temporaries, and the `(n, n)` scores of softmax-type kernels)."""
+    item = integration.resolved_dtype().itemsize
+    S, n, d = integration.num_save, members.n, members.d
+    if members.method == "ott_antonsen":
+        return 64 * S * item + 4096
+    state = n * d * item
+    total = 4 * S * state + 16 * state  # saved + normalised states, classifier, stages
+    if d > 2:
+        total += 3 * S * d * d * item  # moments Q(t) of the classifier
+    if members.method == "particles" and _quadratic_scores(members.flow):
+        total += 4 * n * n * item
+    return int(total)
+
+
+def available_memory() -> int:
+    """Bytes free on the first device (host RAM available on CPU)."""
+    dev = jax.devices()[0]
+    try:
+        stats = dev.memory_stats()
+    except Exception:  # some backends do not report
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
+
+
+def _predicted_cost(members, flow, integration, runner):
+    """Per-member predicted cost (solver steps or a proxy) and the grouping used."""
+    group = runner.group
+    d2_lsa = isinstance(flow, AttentionDynamics) and flow.kernel == "lsa" and members.d == 2
+    if group == "auto":
+        group = "pilot" if (d2_lsa and members.method != "ott_antonsen") else "stiffness"
+    B = members.size
+    if group == "pilot":
+        if not d2_lsa:
+            raise ValueError("sweep: group='pilot' needs d = 2 and kernel='lsa'.")
+        # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
+        # member's step count.
+        init = members.init if members.init in ("wrapped_cauchy", "disc") else "wrapped_cauchy"
+        pilot = sweep(
+            Members(
+                flow,
+                seeds=members.seeds,
+                n=members.n,
+                method="ott_antonsen",
+                init=init,
+                r0=members.r0,
+                batched=members.batched,
+            ),
+            integration=integration,
+            runner=Runner(chunk_size=None, group="none", progress=False),
+        )
+        return pilot.num_steps.astype(float), group
+    if (
+        group == "stiffness"
+        and integration.time_scale == "physical"
+        and isinstance(flow, AttentionDynamics)
+    ):
+        A, V = np.asarray(flow.A, float), np.asarray(flow.V, float)
+        beta = np.broadcast_to(np.asarray(flow.beta, float), (B,))
+        if not members.batched:
+            A, V = A[None], V[None]
+        finite = np.isfinite(A).all((1, 2)) & np.isfinite(V).all((1, 2))
+        nA = np.linalg.norm(np.where(finite[:, None, None], A, 0.0), ord=2, axis=(1, 2))
+        nV = np.linalg.norm(np.where(finite[:, None, None], V, 0.0), ord=2, axis=(1, 2))
+        cost = np.broadcast_to(np.abs(beta) * nA * nV, (B,))
+        return np.where(np.isfinite(cost), cost, np.inf), group
+    return np.ones(B), group if group in ("stiffness", "none") else "none"
+
+
+def _chunk_plan(cost, perm, ndev, runner, max_chunk):
+    """Chunk sizes (each a multiple of `ndev`) covering the ordered batch.
+
+    Auto: a few power-of-two sizes (one compilation each); from the cheap end of the
+    ordered costs, take the largest size whose predicted efficiency `Σ c / (size · max c)`
+    reaches the target.
+    """
+    B = perm.shape[0]
+    if runner.chunk_size is None:
+        return [ndev * math.ceil(B / ndev)]
+    if runner.chunk_size != "auto":
+        cs = ndev * math.ceil(min(runner.chunk_size, B) / ndev)
+        return [cs] * math.ceil(B / cs)
+    top = max(ndev, min(max_chunk, 1024, ndev * math.ceil(B / ndev)))
+    sizes = sorted({ndev * 2**k for k in range(12) if ndev * 2**k <= top} | {top})[::-1]
+    sizes = [s for s in sizes if s >= min(top, 8 * ndev)]  # small chunks waste vector width
+    sizes = sizes[:4]  # at most four compilations
+    c = np.asarray(cost, float)[perm]
+    c = np.where(np.isfinite(c), c, np.nanmax(np.where(np.isfinite(c), c, 0)) + 1)
+    plan, i = [], 0
+    while i < B:
+        for s in sizes:
+            seg = c[i : i + s]
+            if seg.size == B - i and s > seg.size and s != sizes[-1]:
+                # The tail: a smaller size wastes less padding.
+                smaller = [t for t in sizes if t >= seg.size]
+                if smaller and smaller[-1] < s:
+                    continue
+            eff = seg.sum() / (s * max(seg.max(), 1e-300))
+            if eff >= runner.efficiency or s == sizes[-1]:
+                plan.append(s)
+                i += s
+                break
+    return plan
+
+
 # ---------------------------------------------------------------------------------------
 # The driver
 # ---------------------------------------------------------------------------------------
-
-
-def _as_stack(x, name, d=None):
-    x = np.asarray(x)
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-        raise ValueError(f"sweep: {name} must be a real matrix, got dtype {x.dtype}.")
-    if x.ndim == 2:
-        x = x[None]
-    if x.ndim != 3 or x.shape[1] != x.shape[2]:
-        raise ValueError(f"sweep: {name} must have shape (d, d) or (batch, d, d), got {x.shape}.")
-    if d is not None and x.shape[1] != d:
-        raise ValueError(f"sweep: {name} is {x.shape[1]}×{x.shape[2]} but A is {d}×{d}.")
-    return x
 
 
 def _devices_mesh():
@@ -364,332 +989,192 @@ def _atomic_write(path, write):
     os.replace(tmp, path)
 
 
-def sweep(
-    A,
-    V,
-    beta=1.0,
-    seeds=0,
-    *,
-    method: Literal["particles", "ott_antonsen", "watanabe_strogatz"] = "particles",
-    kernel: Literal["lsa", "usa", "sa"] = "lsa",
-    batching: Literal["cartesian", "flat"] = "flat",
-    n: int = 256,
-    t1: float = 100.0,
-    num_save: int = 201,
-    time_scale: Literal["natural", "physical"] = "natural",
-    group: Literal["auto", "pilot", "stiffness", "none"] = "auto",
-    r0: float = 0.1,
-    init: Literal["wrapped_cauchy", "uniform"] = "wrapped_cauchy",
-    score_shift: float | Literal["auto"] = 0.0,
-    rtol: float = 1e-7,
-    atol: float = 1e-9,
-    max_steps: int = 16384,
-    chunk_size: int | None = 1024,
-    out_dir: str | os.PathLike | None = None,
-    resume: bool = True,
-    progress: bool = True,
-    dtype=None,
-    window: float = 0.5,
-    cluster_tol: float = 1e-3,
-    gap_floor: float | None = None,
-    rest_tol: float | None = None,
-    on_chunk: Callable[[int, dict], Any] | None = None,
-) -> SweepResult:
-    r"""Run the attention flow for a batch of parameters and classify each member's regime.
+def _flow_params(dynamic, batched, B) -> dict:
+    """The flow's array leaves by path, each `(batch, ...)` on the host."""
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(dynamic)[0]:
+        name = jax.tree_util.keystr(path).lstrip(".")
+        x = np.asarray(leaf)
+        out[name] = x if batched else np.broadcast_to(x, (B,) + x.shape)
+    return out
 
-    The members are `(A_i, V_i, β_i, seed_i)`. With `batching="flat"` the four inputs are
-    broadcast against each other along the batch axis; with `batching="cartesian"` every
-    combination is run (`shape = (nA, nV, nβ, nseeds)`). Each member starts from tokens
-    drawn with `jax.random.key(seed)`: in d = 2 (with `init="wrapped_cauchy"`) a
-    wrapped-Cauchy sample with `R₂(0) = r0 e^{iψ}` (random phase `ψ`), the same `R₀` the
-    OA method starts from; otherwise uniform on the sphere.
 
-    All members of a chunk are solved by one `vmap` inside one compiled function (one
-    compilation per chunk shape and configuration); the chunk's batch axis is sharded
-    over all visible devices (`NamedSharding` over a 1-D mesh named `"batch"`, the chunk
-    padded to a multiple of the device count). Failing members (`max_steps`, non-finite
-    input, NaN) are flagged (`failed`, `result`, `failures()`) and do not affect others:
-    every member equals its solo run.
+def _cast_flow(flow, dtype):
+    """The flow with its floating array leaves cast to `dtype`, as host arrays."""
 
-    **Arguments:**
+    def cast(x):
+        if eqx.is_array(x) or isinstance(x, np.ndarray):
+            x = np.asarray(x)
+            if np.issubdtype(x.dtype, np.floating):
+                return x.astype(dtype)
+        return x
 
-    - `A`, `V`: shape `(d, d)` or `(batch, d, d)`.
-    - `beta`: scalar or `(batch,)`; `seeds`: int or `(batch,)` ints.
-    - `method`: `"particles"` (any d, any kernel), `"ott_antonsen"` or
-      `"watanabe_strogatz"` (d = 2, LSA).
-    - `t1`: horizon, in each member's natural time unit when `time_scale="natural"`
-      (time `s = r t`, `r = natural_rate(...)`), else physical time.
-    - `group`: how members are ordered before the batch is cut into chunks (results are
-      returned in the input order): `"pilot"` (d = 2 LSA) by the step counts of an
-      Ott–Antonsen pilot sweep of the same members (≈ 1000× cheaper), `"stiffness"` by the
-      predicted cost `β‖A‖‖V‖·t1` (physical time), `"none"`; `"auto"` = `"pilot"` where
-      it applies, else `"stiffness"`. With chunks of similar step counts the lockstep of
-      `vmap` costs little.
-    - `chunk_size`: members per compiled call (rounded up to a multiple of the device
-      count); `None` = all at once.
-    - `out_dir`: if given, each finished chunk is written there (`chunk_XXXXX.npz` +
-      `.json`, plus `manifest.json`); with `resume=True` chunks already there (same
-      sweep, checked by fingerprint) are loaded instead of recomputed.
-    - `on_chunk(i, info)`: called after each chunk is finished and written.
-    - `score_shift`: USA only, the constant subtracted from every score (a time
-      rescaling by `e^{score_shift}`, see `AttentionDynamics`); `"auto"` uses, per
-      member, the smallest shift with `β σ_max(A) − shift ≤ ½ log(largest float)` (zero
-      unless the scores on the sphere could overflow `exp`).
-    - natural time for USA/SA uses the rate `‖V‖₂ · max_k (1/n) Σ_j w_kj(x₀)` (USA) or
-      `‖V‖₂` (SA) of each member (the bound `‖V‖ e^{β σ_max(A)}` overstates typical
-      speeds by orders of magnitude).
-    - `rtol, atol, max_steps`: forwarded to the solver.
-    - `window`, `cluster_tol`, `gap_floor`, `rest_tol`: the regime classifier's settings;
-      `gap_floor=None` means `max(default_gap_floor(dtype), 10 rtol)` (the saved states
-      jitter at the solver tolerance, so a clustering gap below that is "on the circle");
-      at the default rtol this is the classifiers' own default.
-      Particle and Watanabe–Strogatz members are classified from their tokens by
-      `classify_tokens` (the rules of `classify_regime`, with the cluster structure of the
-      final tokens), Ott–Antonsen members from `R₂(t)` by `classify_order_parameter`; the
-      rules are rate-based and read per unit of the member's own time, so with the natural
-      time scale they are scale-free.
+    return jax.tree_util.tree_map(cast, flow)
 
-    **Returns:** a `SweepResult`.
 
-    **Raises:** `ValueError` for inconsistent shapes, an unknown method/kernel, a reduced
-    method with `d ≠ 2` or a kernel other than LSA, and for an `out_dir` holding a
-    different sweep.
-    """
-    if method not in METHODS:
-        raise ValueError(f"sweep: method must be one of {METHODS}, got {method!r}.")
-    if kernel not in ("lsa", "usa", "sa"):
-        raise ValueError(f"sweep: kernel must be 'lsa', 'usa' or 'sa', got {kernel!r}.")
-    if batching not in ("cartesian", "flat"):
-        raise ValueError(f"sweep: batching must be 'cartesian' or 'flat', got {batching!r}.")
-    if time_scale not in ("natural", "physical"):
-        raise ValueError(f"sweep: time_scale must be 'natural' or 'physical', got {time_scale!r}.")
-    if init not in ("wrapped_cauchy", "uniform"):
-        raise ValueError(f"sweep: init must be 'wrapped_cauchy' or 'uniform', got {init!r}.")
-    A = _as_stack(A, "A")
-    d = A.shape[1]
-    V = _as_stack(V, "V", d)
-    beta = np.atleast_1d(np.asarray(beta))
-    seeds = np.atleast_1d(np.asarray(seeds))
-    if beta.ndim != 1 or seeds.ndim != 1:
-        raise ValueError(
-            f"sweep: beta and seeds must be scalars or 1-d, got shapes {beta.shape}, {seeds.shape}."
-        )
-    for name, x in (("beta", beta),):
-        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-            raise ValueError(f"sweep: {name} must be real numbers, got dtype {x.dtype}.")
-    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
-        raise ValueError(
-            f"sweep: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
-            f"(dtype {seeds.dtype})."
-        )
-    seeds = seeds.astype(np.int64)
-    if min(A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]) == 0:
-        raise ValueError("sweep: empty batch (A, V, beta or seeds has no members).")
-    if isinstance(n, bool) or not float(n).is_integer():
-        raise ValueError(f"sweep: n must be an integer number of tokens, got n={n!r}.")
-    if chunk_size is not None and int(chunk_size) < 1:
-        raise ValueError(f"sweep: chunk_size must be >= 1 or None, got {chunk_size!r}.")
-    if score_shift != "auto" and not isinstance(score_shift, (int, float, np.number)):
-        raise ValueError(f"sweep: score_shift must be a number or 'auto', got {score_shift!r}.")
-    for name, value, lo in (
-        ("t1", t1, 0.0),
-        ("rtol", rtol, 0.0),
-        ("atol", atol, 0.0),
-        ("cluster_tol", cluster_tol, 0.0),
-        ("gap_floor", gap_floor, 0.0),
-        ("rest_tol", rest_tol, 0.0),
-    ):
-        if value is not None and not (np.isfinite(float(value)) and float(value) > lo):
-            raise ValueError(f"sweep: {name} must be a finite positive number, got {value!r}.")
-    if int(max_steps) < 1:
-        raise ValueError(f"sweep: max_steps must be >= 1, got {max_steps!r}.")
-    if method != "particles" and (d != 2 or kernel != "lsa"):
-        raise ValueError(
-            f"sweep: method={method!r} is the d = 2 LSA reduction; got d = {d}, kernel={kernel!r}."
-        )
-    if dtype is None:
-        dtype = jnp.result_type(float)
-    dtype = np.dtype(dtype)
-    if not np.issubdtype(dtype, np.floating):
-        raise ValueError(f"sweep: dtype must be a real floating dtype, got {dtype}.")
-    if int(n) < 1:
-        raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
-    if method == "watanabe_strogatz" and int(n) < 3:
-        raise ValueError(f"sweep: the Watanabe–Strogatz reduction needs n >= 3, got n={n}.")
-    if not 0 <= float(r0) < 1:
-        raise ValueError(f"sweep: r0 = |R₂(0)| must lie in [0, 1), got r0={r0}.")
+def _check_manifest(out_dir, fingerprint, resume):
+    manifest_path = os.path.join(out_dir, "manifest.json")
+    if not os.path.exists(manifest_path):
+        return
     try:
-        _window_start(int(num_save), float(window))
+        with open(manifest_path) as f:
+            old = json.load(f)
+        if not isinstance(old, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as err:
+        raise ValueError(
+            f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
+            "resume=False to overwrite the folder."
+        ) from None
+    if old.get("fingerprint") != fingerprint and resume:
+        raise ValueError(
+            f"sweep: out_dir {out_dir!r} holds a different sweep (fingerprint "
+            "mismatch); pass a new out_dir or resume=False to overwrite."
+        )
+    if not resume:
+        for fname in os.listdir(out_dir):
+            if fname.startswith("chunk_"):
+                os.remove(os.path.join(out_dir, fname))
+
+
+def _run(members: Members, integration: Integration, judge: Judge, runner: Runner):
+    dtype = integration.resolved_dtype()
+    try:
+        _window_start(integration.num_save, judge.window)
     except ValueError as err:
         raise ValueError(f"sweep: {err}") from None
-
-    if batching == "cartesian":
-        shape = (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
-        ia, iv, ib, isd = (g.ravel() for g in np.indices(shape))
-    else:
-        sizes = {A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]} - {1}
-        if len(sizes) > 1:
-            raise ValueError(
-                "sweep: with batching='flat' the batch sizes of A, V, beta, seeds must agree "
-                f"(or be 1); got {A.shape[0]}, {V.shape[0]}, {beta.shape[0]}, {seeds.shape[0]}."
-            )
-        B = max(sizes) if sizes else 1
-        shape = (B,)
-        ar = np.arange(B)
-        ia, iv, ib, isd = (
-            ar if m > 1 else np.zeros(B, int)
-            for m in (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
-        )
-    Am = A[ia].astype(dtype)
-    Vm = V[iv].astype(dtype)
-    bm = beta[ib].astype(dtype)
-    sm = seeds[isd].astype(np.uint32)
-    B = Am.shape[0]
-
+    B = members.size
+    flow = _cast_flow(members.flow, dtype)
+    dynamic, static = eqx.partition(flow, eqx.is_array_like)
     cfg = _Config(
-        method=method,
-        kernel=kernel,
-        n=int(n),
-        d=int(d),
-        t1=float(t1),
-        num_save=int(num_save),
-        natural=time_scale == "natural",
-        r0=float(r0),
-        init=init,
-        rtol=float(rtol),
-        atol=float(atol),
-        max_steps=int(max_steps),
-        score_shift=0.0 if score_shift == "auto" else float(score_shift),
-        score_shift_auto=score_shift == "auto",
-        window=float(window),
-        cluster_tol=float(cluster_tol),
-        gap_floor=None if gap_floor is None else float(gap_floor),
-        rest_tol=None if rest_tol is None else float(rest_tol),
+        method=members.method,
+        n=members.n,
+        d=members.d,
+        t1=integration.t1,
+        num_save=integration.num_save,
+        natural=integration.time_scale == "natural",
+        r0=members.r0,
+        init=members.init,
+        rtol=integration.rtol,
+        atol=integration.atol,
+        max_steps=integration.max_steps,
+        window=judge.window,
+        cluster_tol=judge.cluster_tol,
+        gap_floor=judge.gap_floor,
+        rest_tol=judge.rest_tol,
     )
-
-    # Order members by predicted cost so that a chunk holds members of similar stiffness.
-    if group == "auto":
-        group = (
-            "pilot" if (d == 2 and kernel == "lsa" and method != "ott_antonsen") else "stiffness"
-        )
-    if group == "pilot":
-        if d != 2 or kernel != "lsa":
-            raise ValueError("sweep: group='pilot' needs d = 2 and kernel='lsa'.")
-        # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
-        # member's step count; sort by it.
-        pilot = sweep(
-            Am,
-            Vm,
-            bm,
-            sm.astype(np.int64),
-            method="ott_antonsen",
-            batching="flat",
-            t1=t1,
-            num_save=num_save,
-            time_scale=time_scale,
-            group="stiffness",
-            r0=r0,
-            rtol=rtol,
-            atol=atol,
-            max_steps=max_steps,
-            chunk_size=None,
-            progress=False,
-            dtype=dtype,
-        )
-        perm = np.argsort(pilot.num_steps, kind="stable")
-    elif group == "stiffness":
-        finite = np.isfinite(Am).all((1, 2)) & np.isfinite(Vm).all((1, 2))
-        nA = np.linalg.norm(np.where(finite[:, None, None], Am, 0.0), ord=2, axis=(1, 2))
-        nV = np.linalg.norm(np.where(finite[:, None, None], Vm, 0.0), ord=2, axis=(1, 2))
-        cost = np.abs(bm) * nA * nV if time_scale == "physical" else np.ones(B)
-        cost = np.where(np.isfinite(cost), cost, np.inf)
-        perm = np.argsort(cost, kind="stable")
-    elif group == "none":
-        perm = np.arange(B)
-    else:
-        raise ValueError(
-            f"sweep: group must be 'auto', 'pilot', 'stiffness' or 'none', got {group!r}."
-        )
+    cost, group = _predicted_cost(members, flow, integration, runner)
+    perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
     mesh, ndev = _devices_mesh()
-    sharding = NamedSharding(mesh, PartitionSpec("batch"))
-    cs = B if chunk_size is None else min(int(chunk_size), B)
-    cs = ndev * math.ceil(cs / ndev)
-    num_chunks = math.ceil(B / cs)
+    per_member = member_memory(members, integration)
+    budget = runner.memory_budget or 0.25 * available_memory()
+    if per_member > 2 * available_memory():
+        raise ValueError(
+            f"sweep: one member needs about {per_member / 2**30:.2f} GiB (n = {members.n}, "
+            f"d = {members.d}, {integration.num_save} saves, {dtype.name}), more than the "
+            f"{available_memory() / 2**30:.2f} GiB available; lower n or num_save."
+        )
+    max_chunk = max(ndev, int(budget // max(per_member, 1)) // ndev * ndev)
+    sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+    plan = dict(
+        group=group,
+        chunk_sizes=[int(s) for s in sizes],
+        memory_per_member=per_member,
+        memory_budget=float(budget),
+        devices=ndev,
+        predicted_efficiency=_efficiency(cost[perm], sizes),
+    )
 
     # Fingerprint: the inputs and every option that changes a member's result.
     h = hashlib.sha256()
-    for arr in (Am, Vm, bm, sm, perm):
+    params = _flow_params(dynamic, members.batched, B)
+    for name in sorted(params):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(params[name]).tobytes())
+    h.update(str(jax.tree_util.tree_structure(static)).encode())
+    h.update(type(flow).__qualname__.encode())
+    for arr in (members.seeds, perm, np.asarray(sizes)):
         h.update(np.ascontiguousarray(arr).tobytes())
-    h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True).encode())
-    h.update(f"{cs}-{dtype.name}".encode())
+    h.update(json.dumps(cfg.as_json(), sort_keys=True).encode())
+    h.update(dtype.name.encode())
     fingerprint = h.hexdigest()
+    environment = environment_record(dtype)
     writer = jax.process_index() == 0
+    out_dir = runner.out_dir
     if out_dir is not None:
-        out_dir = os.fspath(out_dir)
         os.makedirs(out_dir, exist_ok=True)
-        manifest_path = os.path.join(out_dir, "manifest.json")
-        if os.path.exists(manifest_path):
-            try:
-                with open(manifest_path) as f:
-                    old = json.load(f)
-                if not isinstance(old, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as err:
-                raise ValueError(
-                    f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
-                    "resume=False to overwrite the folder."
-                ) from None
-            if old.get("fingerprint") != fingerprint:
-                if resume:
-                    raise ValueError(
-                        f"sweep: out_dir {out_dir!r} holds a different sweep (fingerprint "
-                        "mismatch); pass a new out_dir or resume=False to overwrite."
-                    )
-            if not resume:
-                for fname in os.listdir(out_dir):
-                    if fname.startswith("chunk_"):
-                        os.remove(os.path.join(out_dir, fname))
+        _check_manifest(out_dir, fingerprint, runner.resume)
         if writer:
             manifest = dict(
                 fingerprint=fingerprint,
                 num_members=B,
-                shape=list(shape),
-                chunk_size=cs,
-                num_chunks=num_chunks,
-                devices=ndev,
-                config=dataclasses.asdict(cfg),
+                shape=list(members.shape),
+                flow=type(flow).__qualname__,
+                batched=members.batched,
+                chunk_sizes=plan["chunk_sizes"],
+                num_chunks=len(sizes),
+                plan=plan,
+                config=cfg.as_json(),
+                dtype=dtype.name,
+                environment=environment,
                 regime_names=list(REGIME_NAMES),
             )
-            _atomic_write(manifest_path, lambda p: _write_json(p, manifest))
+            _atomic_write(
+                os.path.join(out_dir, "members.npz"),
+                lambda p: _write_npz(
+                    p,
+                    perm=perm,
+                    seeds=members.seeds,
+                    **{f"param:{k}": v for k, v in params.items()},
+                ),
+            )
+            _atomic_write(
+                os.path.join(out_dir, "manifest.json"), lambda p: _write_json(p, manifest)
+            )
 
+    sharding = NamedSharding(mesh, PartitionSpec("batch"))
     outs: dict[str, np.ndarray] = {}
     seconds = 0.0
     computed = loaded = 0
+    useful = spent = 0.0
     bar = None
-    if progress and writer:
+    if runner.progress and writer:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=B, unit="member", desc=f"sweep {method}", smoothing=0.3)
+        bar = tqdm(total=B, unit="member", desc=f"sweep {members.method}", smoothing=0.3)
     try:
-        for c in range(num_chunks):
-            idx = perm[c * cs : (c + 1) * cs]
+        for c, (start, cs) in enumerate(zip(starts, sizes)):
+            idx = perm[start : start + cs]
             m = idx.shape[0]
             path = None if out_dir is None else os.path.join(out_dir, f"chunk_{c:05d}.npz")
             chunk = None
             fresh = False
-            if path is not None and resume and os.path.exists(path):
+            if path is not None and runner.resume and os.path.exists(path):
                 chunk = _load_chunk(path, idx, fingerprint)
             if chunk is None:
                 t_start = time.perf_counter()
                 pad = np.concatenate([idx, np.full(cs - m, idx[0])])
-                args = [_put(x[pad], sharding) for x in (Am, Vm, bm, sm)]
-                res = _sweep_chunk(*args, cfg)
+                if members.batched:
+                    dyn = jax.tree_util.tree_map(
+                        lambda x: _put(np.asarray(x)[pad], sharding), dynamic
+                    )
+                else:
+                    dyn = jax.tree_util.tree_map(
+                        lambda x: _put(np.broadcast_to(x, (cs,) + np.shape(x)), sharding),
+                        dynamic,
+                    )
+                seed = _put(members.seeds[pad], sharding)
+                res = _sweep_chunk(dyn, static, seed, cfg, mesh if ndev > 1 else None)
                 chunk = {k: v[:m] for k, v in _fetch(res).items()}
                 dt = time.perf_counter() - t_start
                 seconds += dt
                 computed += 1
                 fresh = True
+                steps = chunk["num_steps"].astype(float)
+                useful += steps.sum()
+                spent += cs * max(steps.max(), 1)
                 if path is not None and writer:
                     _atomic_write(
                         path,
@@ -697,7 +1182,7 @@ def sweep(
                             p, members=idx, fingerprint=np.array(fingerprint), **chunk
                         ),
                     )
-                    summary = _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, dt)
+                    summary = _chunk_summary(c, idx, chunk, params, members.seeds, dt)
                     _atomic_write(path[:-4] + ".json", lambda p: _write_json(p, summary))
             else:
                 loaded += 1
@@ -707,36 +1192,92 @@ def sweep(
                 outs[k][idx] = v
             if bar is not None:
                 bar.update(m)
-                bar.set_postfix(failed=int(np.sum(outs["failed"][perm[: (c + 1) * cs]])))
-            if on_chunk is not None:
-                on_chunk(c, dict(members=idx, computed=fresh))
+                done = perm[: start + cs]
+                post = dict(failed=int(np.sum(outs["failed"][done])))
+                if spent:
+                    post["lockstep"] = f"{useful / spent:.2f}"
+                bar.set_postfix(post)
+            if runner.on_chunk is not None:
+                runner.on_chunk(c, dict(members=idx, computed=fresh))
     finally:
         if bar is not None:
             bar.close()
-    ts = np.linspace(0.0, cfg.t1, cfg.num_save)[None, :] / outs["rate"][:, None]
+    return _assemble(
+        outs,
+        params,
+        members.seeds,
+        members.shape,
+        cfg.t1,
+        cfg.num_save,
+        completed=np.ones(B, bool),
+        seconds=seconds,
+        computed=computed,
+        loaded=loaded,
+        efficiency=useful / spent if spent else float("nan"),
+        plan=plan,
+        config=cfg.as_json(),
+        environment=environment,
+    )
+
+
+def _efficiency(cost, sizes) -> float:
+    useful = spent = 0.0
+    i = 0
+    for s in sizes:
+        seg = cost[i : i + s]
+        useful += seg.sum()
+        spent += s * seg.max()
+        i += s
+    return float(useful / spent) if spent else float("nan")
+
+
+def _assemble(
+    outs,
+    params,
+    seeds,
+    shape,
+    t1,
+    num_save,
+    *,
+    completed,
+    seconds,
+    computed,
+    loaded,
+    efficiency,
+    plan,
+    config,
+    environment,
+):
+    ts = np.linspace(0.0, t1, num_save)[None, :] / outs["rate"][:, None]
     evidence = {k: outs.pop(f"evidence_{k}") for k in EVIDENCE_FIELDS}
     return SweepResult(
-        A=Am,
-        V=Vm,
-        beta=bm,
-        seed=sm.astype(np.int64),
+        params=params,
+        seed=np.asarray(seeds).astype(np.int64),
         ts=ts,
-        shape=shape,
+        shape=tuple(shape),
+        completed=completed,
         seconds=seconds,
         chunks_computed=computed,
         chunks_loaded=loaded,
+        lockstep_efficiency=efficiency,
+        plan=plan,
+        config=config,
+        environment=environment,
         evidence=evidence,
         **outs,
     )
 
 
-def _load_chunk(path, members, fingerprint):
+def _load_chunk(path, members, fingerprint, *, strict=False):
     """A finished chunk of this sweep from `path`, or None (with a warning) when the file is
-    damaged, belongs to another sweep or does not hold the expected members and fields."""
+    damaged, belongs to another sweep or does not hold the expected members and fields.
+    With `strict`, a chunk of another sweep raises instead."""
     try:
         with np.load(path, allow_pickle=False) as z:
             if str(z["fingerprint"]) != fingerprint:
                 problem = "it belongs to a different sweep"
+                if strict:
+                    raise ValueError(f"sweep: {path} belongs to a different sweep.")
             elif not np.array_equal(z["members"], members):
                 problem = "it holds other members"
             else:
@@ -744,10 +1285,93 @@ def _load_chunk(path, members, fingerprint):
                 if all(v.shape[:1] == members.shape for v in chunk.values()):
                     return chunk
                 problem = "its fields have the wrong length"
+    except ValueError as err:
+        if strict and "different sweep" in str(err):
+            raise
+        problem = f"it cannot be read (ValueError: {err})"
     except Exception as err:  # truncated, not an npz, missing fields: recompute
         problem = f"it cannot be read ({type(err).__name__}: {err})"
-    warnings.warn(f"sweep: recomputing {path}: {problem}.", stacklevel=3)
+    verb = "skipping" if strict else "recomputing"
+    warnings.warn(f"sweep: {verb} {path}: {problem}.", stacklevel=3)
     return None
+
+
+def _load_sweep(out_dir: str) -> SweepResult:
+    manifest_path = os.path.join(out_dir, "manifest.json")
+    if not os.path.isfile(manifest_path):
+        raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
+    try:
+        with open(manifest_path) as f:
+            man = json.load(f)
+        if not isinstance(man, dict):
+            raise ValueError("not a JSON object")
+        fingerprint = man["fingerprint"]
+        sizes = [int(s) for s in man["chunk_sizes"]]
+        B = int(man["num_members"])
+        cfg = man["config"]
+        t1, num_save = float(cfg["t1"]), int(cfg["num_save"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err!r}).") from None
+    members_path = os.path.join(out_dir, "members.npz")
+    try:
+        with np.load(members_path, allow_pickle=False) as z:
+            perm = z["perm"]
+            seeds = z["seeds"]
+            params = {k[6:]: z[k] for k in z.files if k.startswith("param:")}
+        if perm.shape != (B,) or seeds.shape != (B,):
+            raise ValueError(f"{B} members expected")
+    except Exception as err:
+        raise ValueError(
+            f"SweepResult.load: {members_path} is missing or damaged ({type(err).__name__}: {err})."
+        ) from None
+    outs: dict[str, np.ndarray] = {}
+    completed = np.zeros(B, bool)
+    starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+    loaded = 0
+    for c, (start, cs) in enumerate(zip(starts, sizes)):
+        idx = perm[start : start + cs]
+        path = os.path.join(out_dir, f"chunk_{c:05d}.npz")
+        if not os.path.exists(path):
+            continue
+        chunk = _load_chunk(path, idx, fingerprint, strict=True)
+        if chunk is None:
+            continue
+        loaded += 1
+        completed[idx] = True
+        for k, v in chunk.items():
+            if k not in outs:
+                outs[k] = np.empty((B,) + v.shape[1:], v.dtype)
+            outs[k][idx] = v
+    if not outs:
+        raise ValueError(f"SweepResult.load: {out_dir!r} holds no finished chunk yet.")
+    todo = ~completed
+    for k, v in outs.items():
+        if k == "regime":
+            v[todo] = NOT_RUN
+        elif k == "failed":
+            v[todo] = False
+        elif np.issubdtype(v.dtype, np.integer):
+            v[todo] = -1
+        elif np.issubdtype(v.dtype, np.inexact):
+            v[todo] = np.nan
+    if todo.any():
+        outs["rate"][todo] = np.nan
+    return _assemble(
+        outs,
+        params,
+        seeds,
+        man.get("shape", [B]),
+        t1,
+        num_save,
+        completed=completed,
+        seconds=0.0,
+        computed=0,
+        loaded=loaded,
+        efficiency=float("nan"),
+        plan=man.get("plan", {}),
+        config=cfg,
+        environment=man.get("environment", {}),
+    )
 
 
 def _write_npz(path, **arrays):
@@ -768,8 +1392,9 @@ def _json_default(x):
     raise TypeError(type(x))
 
 
-def _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, seconds):
+def _chunk_summary(c, idx, chunk, params, seeds, seconds):
     counts = {name: int(np.sum(chunk["regime"] == i)) for i, name in enumerate(REGIME_NAMES)}
+    counts["failed"] = int(np.sum(chunk["regime"] == FAILED))
     bad = np.flatnonzero(chunk["failed"])
     return dict(
         chunk=c,
@@ -777,5 +1402,189 @@ def _chunk_summary(c, idx, chunk, Am, Vm, bm, sm, seconds):
         seconds=seconds,
         members_per_second=len(idx) / max(seconds, 1e-12),
         regime_counts=counts,
-        failures=_failure_records(idx[bad], chunk["result"][bad], Am, Vm, bm, sm),
+        failures=_failure_records(idx[bad], chunk["result"][bad], params, seeds),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The entry point
+# ---------------------------------------------------------------------------------------
+
+
+def _as_stack(x, name, d=None):
+    x = np.asarray(x)
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise ValueError(f"sweep: {name} must be a real matrix, got dtype {x.dtype}.")
+    if x.ndim == 2:
+        x = x[None]
+    if x.ndim != 3 or x.shape[1] != x.shape[2]:
+        raise ValueError(f"sweep: {name} must have shape (d, d) or (batch, d, d), got {x.shape}.")
+    if d is not None and x.shape[1] != d:
+        raise ValueError(f"sweep: {name} is {x.shape[1]}×{x.shape[2]} but A is {d}×{d}.")
+    return x
+
+
+def attention_members(
+    A,
+    V,
+    beta=1.0,
+    seeds=0,
+    *,
+    kernel: Literal["lsa", "usa", "sa"] = "lsa",
+    batching: Literal["cartesian", "flat"] = "flat",
+    score_shift: float | Literal["auto"] = 0.0,
+    dtype=None,
+    **members_kw,
+) -> Members:
+    r"""`Members` for a batch of `AttentionDynamics(A_i, V_i, beta=β_i, kernel=kernel)`.
+
+    With `batching="flat"` the four inputs are broadcast against each other along the
+    batch axis; with `batching="cartesian"` every combination is run
+    (`shape = (nA, nV, nβ, nseeds)`). `score_shift="auto"` (USA) uses, per member, the
+    smallest shift with `β σ_max(A) − shift ≤ ½ log(largest float)` (zero unless the
+    scores on the sphere could overflow `exp`). Other keywords go to `Members`.
+
+    **Raises:** `ValueError` for non-real or non-square matrices, sizes that disagree, an
+    empty batch, an unknown kernel or batching.
+    """
+    if kernel not in ("lsa", "usa", "sa"):
+        raise ValueError(f"sweep: kernel must be 'lsa', 'usa' or 'sa', got {kernel!r}.")
+    if batching not in ("cartesian", "flat"):
+        raise ValueError(f"sweep: batching must be 'cartesian' or 'flat', got {batching!r}.")
+    if score_shift != "auto" and (
+        isinstance(score_shift, bool) or not isinstance(score_shift, (int, float, np.number))
+    ):
+        raise ValueError(f"sweep: score_shift must be a number or 'auto', got {score_shift!r}.")
+    A = _as_stack(A, "A")
+    d = A.shape[1]
+    V = _as_stack(V, "V", d)
+    beta = np.atleast_1d(np.asarray(beta))
+    seeds = np.atleast_1d(np.asarray(seeds))
+    if beta.ndim != 1 or seeds.ndim != 1:
+        raise ValueError(
+            f"sweep: beta and seeds must be scalars or 1-d, got shapes {beta.shape}, {seeds.shape}."
+        )
+    if not (np.issubdtype(beta.dtype, np.floating) or np.issubdtype(beta.dtype, np.integer)):
+        raise ValueError(f"sweep: beta must be real numbers, got dtype {beta.dtype}.")
+    if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
+        raise ValueError(
+            f"sweep: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
+            f"(dtype {seeds.dtype})."
+        )
+    if min(A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]) == 0:
+        raise ValueError("sweep: empty batch (A, V, beta or seeds has no members).")
+    if batching == "cartesian":
+        shape = (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
+        ia, iv, ib, isd = (g.ravel() for g in np.indices(shape))
+    else:
+        sizes = {A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]} - {1}
+        if len(sizes) > 1:
+            raise ValueError(
+                "sweep: with batching='flat' the batch sizes of A, V, beta, seeds must agree "
+                f"(or be 1); got {A.shape[0]}, {V.shape[0]}, {beta.shape[0]}, {seeds.shape[0]}."
+            )
+        B = max(sizes) if sizes else 1
+        shape = (B,)
+        ar = np.arange(B)
+        ia, iv, ib, isd = (
+            ar if m > 1 else np.zeros(B, int)
+            for m in (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
+        )
+    dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
+    if not np.issubdtype(dtype, np.floating):
+        raise ValueError(f"sweep: dtype must be a real floating dtype, got {dtype}.")
+    Am, Vm, bm = A[ia].astype(dtype), V[iv].astype(dtype), beta[ib].astype(dtype)
+    if score_shift == "auto":
+        finite = np.where(np.isfinite(Am), Am, 0).astype(np.float64)
+        bound = np.abs(bm.astype(np.float64)) * np.linalg.norm(finite, ord=2, axis=(1, 2))
+        shift = np.maximum(bound - 0.5 * math.log(float(np.finfo(dtype).max)), 0.0)
+    else:
+        shift = np.full(Am.shape[0], float(score_shift))
+    flow = eqx.filter_vmap(
+        lambda a, v, b, s: AttentionDynamics(a, v, beta=b, kernel=kernel, score_shift=s)
+    )(Am, Vm, bm, shift.astype(dtype))
+    return Members(flow, seeds=seeds[isd], shape=shape, **members_kw)
+
+
+def sweep(
+    members,
+    V=None,
+    beta=1.0,
+    seeds=0,
+    *,
+    integration: Integration | None = None,
+    judge: Judge | None = None,
+    runner: Runner | None = None,
+    **options,
+) -> SweepResult:
+    r"""Run a batch of attention flows and classify each member's regime.
+
+    Composable form: `sweep(Members(flows, seeds=..., n=..., method=...),
+    integration=Integration(...), judge=Judge(...), runner=Runner(...))`; see each part
+    for its settings. Any flow module goes through it (the flow protocol of `simulate`).
+
+    Keyword form (a thin layer over the same parts): `sweep(A, V, beta, seeds, **options)`
+    runs `AttentionDynamics` members built by `attention_members(A, V, beta, seeds,
+    kernel=..., batching=..., score_shift=..., dtype=...)`; the other options are the
+    fields of `Members` (`n`, `method`, `init`, `r0`), `Integration` (`t1`, `num_save`,
+    `time_scale`, `rtol`, `atol`, `max_steps`, `dtype`), `Judge` (`window`,
+    `cluster_tol`, `gap_floor`, `rest_tol`) and `Runner` (`chunk_size`, `group`,
+    `efficiency`, `memory_budget`, `out_dir`, `resume`, `progress`, `on_chunk`).
+
+    All members of a chunk are solved by one `vmap` inside one compiled function (one
+    compilation per chunk size and configuration); each device solves its share of a
+    chunk with its own solver loops (`shard_map`). Failing members (`max_steps`,
+    non-finite input, NaN) get the regime code `FAILED` with `failed=True`, a `result`
+    code and NaN evidence, and do not affect the others: every member equals its solo
+    run (float64: to rounding).
+
+    **Returns:** a `SweepResult`.
+
+    **Raises:** `ValueError` naming the argument for inconsistent shapes, an unknown
+    option, method, kernel or law, a reduced method with `d ≠ 2` or a kernel other than
+    LSA, a member too large for the memory, and an `out_dir` holding a different sweep.
+    """
+    if isinstance(members, Members):
+        if V is not None or options:
+            extra = sorted(options) + (["V"] if V is not None else [])
+            raise ValueError(
+                f"sweep: with Members, pass settings through integration=, judge=, runner= "
+                f"(got {extra})."
+            )
+    else:
+        groups = {
+            "members": ("n", "method", "init", "r0", "kernel", "batching", "score_shift"),
+            "integration": ("t1", "num_save", "time_scale", "rtol", "atol", "max_steps"),
+            "judge": ("window", "cluster_tol", "gap_floor", "rest_tol"),
+            "runner": (
+                "chunk_size",
+                "group",
+                "efficiency",
+                "memory_budget",
+                "out_dir",
+                "resume",
+                "progress",
+                "on_chunk",
+            ),
+        }
+        known = {k for g in groups.values() for k in g} | {"dtype"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"sweep: unknown option(s) {unknown}.")
+        pick = {g: {k: options[k] for k in ks if k in options} for g, ks in groups.items()}
+        dtype = options.get("dtype")
+        if V is None:
+            raise ValueError("sweep: give V (or a Members object as the first argument).")
+        members = attention_members(members, V, beta, seeds, dtype=dtype, **pick["members"])
+        if integration is None:
+            integration = Integration(dtype=dtype, **pick["integration"])
+        if judge is None:
+            judge = Judge(**pick["judge"])
+        if runner is None:
+            runner = Runner(**pick["runner"])
+    return _run(
+        members,
+        Integration() if integration is None else integration,
+        Judge() if judge is None else judge,
+        Runner() if runner is None else runner,
     )
