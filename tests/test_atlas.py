@@ -15,7 +15,7 @@ from jaxattn.dynamics._sweep import REGIME_NAMES
 
 
 def test_regime_codes_match_the_regimes_enumeration():
-    names = ("clustering", "rotating", "oscillation", "interior", "undetermined")
+    names = ("clustering", "rotating", "oscillation", "interior", "chaotic", "undetermined")
     for i, name in enumerate(names):
         assert int(REGIMES._name_to_item[name]._value) == i
     assert REGIME_NAMES == names

@@ -338,7 +338,7 @@ def _section_maps(cfg, out, prog_bar):
         for idx, (p, m) in enumerate(zip(predicted, r.regime)):
             if p is not None and not _agrees(int(m), p):
                 disagree.flat[idx] = True
-        undetermined = (measured == 4) & claims
+        undetermined = (measured == REGIME_NAMES.index("undetermined")) & claims
         n_claims = int(claims.sum())
         numbers[s["key"]] = dict(
             grid=g,

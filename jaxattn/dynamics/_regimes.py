@@ -43,6 +43,9 @@ class REGIMES(eqx.Enumeration):
     - `oscillation`: Type 3, persistent oscillation (a periodic orbit of `R₂`).
     - `interior`: convergence without clustering, `R₂` tends to a point inside the disc
       (the tokens come to rest in a spread-out configuration).
+    - `chaotic`: the largest Lyapunov exponent is positive beyond its uncertainty
+      (`chaos_verdict` of a `lyapunov_spectrum`). The trajectory classifiers here cannot
+      see exponents and never return it; a sweep sets it only when asked to measure them.
     - `undetermined`: the horizon does not settle it (algebraic convergence near a
       bifurcation, plateau, damped or irregular motion, failed solve).
     """
@@ -51,6 +54,7 @@ class REGIMES(eqx.Enumeration):
     rotating = "rotating clusters (Type 2): clusters form and keep turning"
     oscillation = "oscillation (Type 3): persistent periodic motion without clustering"
     interior = "convergence without clustering: the tokens come to rest spread out"
+    chaotic = "chaotic: positive largest Lyapunov exponent beyond its uncertainty"
     undetermined = "undetermined: no regime is established over the late window"
 
 
