@@ -121,15 +121,24 @@ from ._solve import (
 from ._solve import (
     simulate as simulate,
 )
-from ._sweep import (
-    REGIME_NAMES as REGIME_NAMES,
-)
-from ._sweep import (
-    SweepResult as SweepResult,
-)
-from ._sweep import (
-    sweep as sweep,
-)
+from ._regime_map import FAMILIES as FAMILIES
+from ._regime_map import Family as Family
+from ._regime_map import RegimeMap as RegimeMap
+from ._regime_map import basin_fractions as basin_fractions
+from ._regime_map import parse_axis as parse_axis
+from ._regime_map import regime_map as regime_map
+from ._sweep import FAILED as FAILED
+from ._sweep import NOT_RUN as NOT_RUN
+from ._sweep import REGIME_NAMES as REGIME_NAMES
+from ._sweep import Integration as Integration
+from ._sweep import Judge as Judge
+from ._sweep import Members as Members
+from ._sweep import Runner as Runner
+from ._sweep import SweepResult as SweepResult
+from ._sweep import attention_members as attention_members
+from ._sweep import environment_record as environment_record
+from ._sweep import regime_label as regime_label
+from ._sweep import sweep as sweep
 from ._theory import (
     Prediction as Prediction,
 )
@@ -180,3 +189,21 @@ from ._watanabe_strogatz import (
 from ._watanabe_strogatz import (
     watanabe_strogatz_reconstruct as watanabe_strogatz_reconstruct,
 )
+from ._families import (
+    MultiHeadDynamics as MultiHeadDynamics,
+)
+from ._families import (
+    PeriodicMatrix as PeriodicMatrix,
+)
+from ._families import (
+    TimeVaryingDynamics as TimeVaryingDynamics,
+)
+from ._families import (
+    homogenised_ott_antonsen_field as homogenised_ott_antonsen_field,
+)
+from ._families import (
+    solve_homogenised_ott_antonsen as solve_homogenised_ott_antonsen,
+)
+from ._plga_flow import PLGAFlow as PLGAFlow
+from ._solve import check_flow as check_flow
+from ._vector_field import NORMALISATIONS as NORMALISATIONS

@@ -1,0 +1,631 @@
+r"""Regime maps of a family of flows: a 1-D or 2-D grid over named parameters, K initial
+conditions per cell, per-cell basin fractions, failures kept apart, and the stated theory
+boundary where the family has one.
+
+A *family* is a function of named parameters returning either `(A, V, beta)` (an
+`AttentionDynamics` of the chosen kernel is built from it) or a flow module. The built-in
+families (`FAMILIES`) are the paper's slices and two ensembles; any callable taking the
+axis values as keywords is a family too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from ._regimes import REGIMES
+from ._sweep import (
+    FAILED,
+    NOT_RUN,
+    REGIME_NAMES,
+    Integration,
+    Judge,
+    Members,
+    Runner,
+    SweepResult,
+    _atomic_write,
+    _write_json,
+    attention_members,
+    sweep,
+)
+from ._theory import case1_criterion, case2_criterion, case4_criterion, stated_prediction
+
+__all__ = ["Family", "FAMILIES", "RegimeMap", "regime_map", "parse_axis"]
+
+_I2 = np.eye(2)
+_J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
+_CLUSTERING = int(REGIMES.clustering._value)
+_ROTATING = int(REGIMES.rotating._value)
+_INTERIOR = int(REGIMES.interior._value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A named family of attention flows.
+
+    - `name`, `description`: what it is (the description names every parameter).
+    - `params`: the parameters and their defaults, in order.
+    - `build(**params) -> (A, V, beta)`: the member at those parameter values.
+    - `predict(**params) -> int`: the stated theory's regime code there (−1: no claim),
+      or `None` when the family has no stated theory.
+    """
+
+    name: str
+    description: str
+    params: dict
+    build: Callable[..., tuple]
+    predict: Callable[..., int] | None = None
+
+
+def _claim(pred) -> int:
+    return int(pred.regime._value) if bool(pred.claims) else -1
+
+
+def _case1_A(trace, det):
+    # A representative with trace t and determinant D: [[t/2, 1], [t²/4 − D, t/2]].
+    return np.array([[trace / 2, 1.0], [trace * trace / 4 - det, trace / 2]])
+
+
+def _case2_V(l1, l2, angle):
+    c, s = math.cos(angle), math.sin(angle)
+    Q = np.array([[c, -s], [s, c]])
+    return Q @ np.diag([l1, l2]) @ Q.T
+
+
+def _case4_V(v11, v12):
+    return np.array([[v11, v12], [-v12, -v11]])
+
+
+def _rotating_predict(a, b, beta):
+    # d|R|/dt = (aβ/2)(1 − |R|²)|R|, phase speed (bβ/2)(|R|² + 3) (Ott–Antonsen).
+    g = a * beta
+    if g > 0:
+        return _ROTATING if b * beta != 0 else _CLUSTERING
+    if g < 0:
+        return _INTERIOR
+    return -1
+
+
+def _random_build(a0, sA, v0, sV, beta, draw, d):
+    d = int(d)
+    rng = np.random.default_rng(int(draw))
+    GA, GV = rng.standard_normal((2, d, d)) / math.sqrt(d)
+    return a0 * np.eye(d) + sA * GA, v0 * np.eye(d) + sV * GV, beta
+
+
+def _entries_build(a11, a12, a21, a22, v11, v12, v21, v22, beta):
+    return np.array([[a11, a12], [a21, a22]]), np.array([[v11, v12], [v21, v22]]), beta
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "case1",
+            "Case 1: V = I, A = [[trace/2, 1], [trace²/4 − det, trace/2]] (trace, det of A)",
+            dict(trace=1.0, det=1.0, beta=1.0),
+            lambda trace, det, beta: (_case1_A(trace, det), _I2, beta),
+            lambda trace, det, beta: _claim(case1_criterion(_case1_A(trace, det), _I2)),
+        ),
+        Family(
+            "case2",
+            "Case 2: A = I, V = Q diag(l1, l2) Qᵀ, Q the rotation by `angle`",
+            dict(l1=1.0, l2=-1.0, angle=0.4, beta=1.0),
+            lambda l1, l2, angle, beta: (_I2, _case2_V(l1, l2, angle), beta),
+            lambda l1, l2, angle, beta: _claim(case2_criterion(_I2, _case2_V(l1, l2, angle))),
+        ),
+        Family(
+            "case4",
+            "Case 4: A = I, V = [[v11, v12], [−v12, −v11]]",
+            dict(v11=0.3, v12=1.0, beta=1.0),
+            lambda v11, v12, beta: (_I2, _case4_V(v11, v12), beta),
+            lambda v11, v12, beta: _claim(case4_criterion(_I2, _case4_V(v11, v12))),
+        ),
+        Family(
+            "rotating",
+            "rotating family: A = I, V = a I + b J, J = [[0, −1], [1, 0]]",
+            dict(a=1.0, b=1.0, beta=1.0),
+            lambda a, b, beta: (_I2, a * _I2 + b * _J2, beta),
+            _rotating_predict,
+        ),
+        Family(
+            "random",
+            "Gaussian ensemble: A = a0 I + sA G_A/√d, V = v0 I + sV G_V/√d, "
+            "G i.i.d. N(0, 1) from seed `draw`",
+            dict(a0=0.0, sA=1.0, v0=0.0, sV=1.0, beta=1.0, draw=0, d=2),
+            _random_build,
+        ),
+        Family(
+            "entries",
+            "entries of A = [[a11, a12], [a21, a22]] and V = [[v11, v12], [v21, v22]]",
+            dict(a11=1.0, a12=0.0, a21=0.0, a22=1.0, v11=1.0, v12=0.0, v21=0.0, v22=1.0, beta=1.0),
+            _entries_build,
+            lambda beta, **e: _claim(stated_prediction(*_entries_build(beta=beta, **e)[:2])),
+        ),
+    )
+}
+
+
+def parse_axis(spec: str) -> tuple[str, np.ndarray]:
+    """Parse `"name=lo:hi:num"` (a grid of `num` cell centres from lo to hi) or
+    `"name=v1,v2,..."` into `(name, values)`.
+
+    **Raises:** `ValueError` naming the spec when it does not have that form.
+    """
+    name, sep, rng = str(spec).partition("=")
+    name = name.strip()
+    try:
+        if not sep or not name:
+            raise ValueError
+        if ":" in rng:
+            lo, hi, num = rng.split(":")
+            values = np.linspace(float(lo), float(hi), int(num))
+        else:
+            values = np.array([float(v) for v in rng.split(",")])
+    except ValueError:
+        raise ValueError(
+            f"axis {spec!r}: expected NAME=LO:HI:NUM (e.g. a=-1:1:64) or NAME=V1,V2,..."
+        ) from None
+    return name, values
+
+
+def _axes(axes) -> tuple[tuple[str, np.ndarray], ...]:
+    if isinstance(axes, Mapping):
+        items = list(axes.items())
+    elif isinstance(axes, str):
+        items = [parse_axis(axes)]
+    else:
+        items = [parse_axis(a) if isinstance(a, str) else tuple(a) for a in axes]
+    if not 1 <= len(items) <= 2:
+        raise ValueError(f"regime_map: give 1 or 2 axes, got {len(items)}.")
+    out = []
+    for item in items:
+        if len(item) != 2:
+            raise ValueError(f"regime_map: an axis is (name, values), got {item!r}.")
+        name, values = item
+        values = np.asarray(values, dtype=float)
+        if values.ndim != 1 or values.size == 0 or not np.all(np.isfinite(values)):
+            raise ValueError(
+                f"regime_map: axis {name!r} needs a non-empty 1-d grid of finite values."
+            )
+        if values.size > 1 and not np.all(np.diff(values) > 0):
+            raise ValueError(f"regime_map: axis {name!r} must be strictly increasing.")
+        out.append((str(name), values))
+    if len(out) == 2 and out[0][0] == out[1][0]:
+        raise ValueError(f"regime_map: both axes are {out[0][0]!r}.")
+    return tuple(out)
+
+
+def _family_params(family) -> tuple[str, dict, Callable, Callable | None]:
+    """(name, defaults, build, predict) of a family given by name, `Family` or callable."""
+    if isinstance(family, str):
+        if family not in FAMILIES:
+            raise ValueError(
+                f"regime_map: unknown family {family!r}; built-in families are "
+                f"{sorted(FAMILIES)} (or pass a callable)."
+            )
+        family = FAMILIES[family]
+    if isinstance(family, Family):
+        return family.name, dict(family.params), family.build, family.predict
+    if not callable(family):
+        raise ValueError(f"regime_map: family must be a name or a callable, got {family!r}.")
+    defaults = {}
+    try:
+        for p in inspect.signature(family).parameters.values():
+            if p.default is not inspect.Parameter.empty:
+                defaults[p.name] = p.default
+    except (TypeError, ValueError):
+        pass
+    name = getattr(family, "__qualname__", type(family).__name__)
+    return name, defaults, family, None
+
+
+def _check_names(where, names, defaults, accepts_any):
+    if accepts_any:
+        return
+    unknown = [k for k in names if k not in defaults]
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown parameter(s) {unknown}; this family has {list(defaults)}."
+        )
+
+
+def _accepts_any(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind == p.VAR_KEYWORD for p in params) or not any(
+        p.default is not inspect.Parameter.empty for p in params
+    )
+
+
+@dataclasses.dataclass
+class RegimeMap:
+    """Per-cell regimes of a family over a 1-D or 2-D parameter grid (NumPy arrays).
+
+    `cells = tuple(len(values) for _, values in axes)`: `(nx,)` or `(nx, ny)`, the
+    first axis is x.
+
+    **Fields:**
+
+    - `family`, `method`, `kernel`: what was mapped; `fixed`: the parameters held fixed;
+      `axes`: `((name, cell centres), ...)`; `inits`: initial conditions per cell (K).
+    - `regime` `cells + (K,)`: `REGIMES` codes, `FAILED` (−1) or `NOT_RUN` (−2);
+      `failed` `cells + (K,)` bool.
+    - `fractions` `cells + (len(REGIME_NAMES),)`: the fraction of the K inits in each
+      regime (basin fractions); failed members are in none of them.
+    - `failed_fraction` `cells`; `dominant` `cells` (the regime with the largest
+      fraction, −1 where every init failed); `multistable` `cells` bool (no regime holds
+      ≥ 90 % of the cell's non-failed inits).
+    - `predicted` `cells` or `None`: the stated theory's regime code per cell (−1 where
+      it makes no claim); `boundaries`: the theory's boundaries in axis coordinates
+      (`dict(label, x, y)`; in 1-D `x` holds the crossing points and `y` is `None`).
+    - `seconds`: wall time; `sweep`: the underlying `SweepResult` (None after `load`
+      of a map saved without its sweep folder).
+    """
+
+    family: str
+    method: str
+    kernel: str
+    axes: tuple
+    fixed: dict
+    inits: int
+    regime: np.ndarray
+    failed: np.ndarray
+    fractions: np.ndarray
+    failed_fraction: np.ndarray
+    dominant: np.ndarray
+    multistable: np.ndarray
+    predicted: np.ndarray | None
+    boundaries: list
+    seconds: float = 0.0
+    sweep: SweepResult | None = None
+
+    @property
+    def cells(self) -> tuple:
+        return tuple(len(v) for _, v in self.axes)
+
+    @property
+    def regime_names(self) -> tuple:
+        return REGIME_NAMES
+
+    def disagreements(self) -> np.ndarray:
+        """Cells where the dominant measured regime contradicts a stated claim (a
+        clustering claim is met by clusters at rest or rotating; undetermined, failed and
+        unclaimed cells never disagree)."""
+        if self.predicted is None:
+            return np.zeros(self.cells, bool)
+        dom, pred = self.dominant, self.predicted
+        decided = (dom >= 0) & (dom != int(REGIMES.undetermined._value))
+        ok = (dom == pred) | ((pred == _CLUSTERING) & (dom == _ROTATING))
+        return (pred >= 0) & decided & ~ok
+
+    def summary(self) -> dict:
+        """Counts of dominant regimes, multistable and failed cells, theory agreement."""
+        dom = self.dominant
+        out = dict(
+            cells=int(dom.size),
+            members=int(self.regime.size),
+            dominant={n: int(np.sum(dom == i)) for i, n in enumerate(REGIME_NAMES)},
+            multistable_cells=int(self.multistable.sum()),
+            failed_members=int(self.failed.sum()),
+            seconds=self.seconds,
+        )
+        if self.predicted is not None:
+            claims = self.predicted >= 0
+            out["cells_with_claim"] = int(claims.sum())
+            out["disagreements"] = int(self.disagreements().sum())
+        return out
+
+    def save(self, out_dir) -> str:
+        """Write `regime_map.npz` (arrays) and `regime_map.json` (settings, boundaries,
+        summary) to `out_dir`; returns the folder. The sweep's own chunks, if the map ran
+        with an `out_dir`, are in `out_dir/sweep`."""
+        out_dir = os.fspath(out_dir)
+        os.makedirs(out_dir, exist_ok=True)
+        arrays = dict(
+            regime=self.regime,
+            failed=self.failed,
+            fractions=self.fractions,
+            failed_fraction=self.failed_fraction,
+            dominant=self.dominant,
+            multistable=self.multistable,
+        )
+        if self.predicted is not None:
+            arrays["predicted"] = self.predicted
+        for i, (_, values) in enumerate(self.axes):
+            arrays[f"axis_{i}"] = values
+
+        def write(p):
+            with open(p, "wb") as f:
+                np.savez(f, **arrays)
+
+        _atomic_write(os.path.join(out_dir, "regime_map.npz"), write)
+        meta = dict(
+            family=self.family,
+            method=self.method,
+            kernel=self.kernel,
+            axes=[name for name, _ in self.axes],
+            fixed=self.fixed,
+            inits=self.inits,
+            regime_names=list(REGIME_NAMES),
+            boundaries=[
+                dict(
+                    label=b["label"],
+                    x=np.asarray(b["x"]).tolist(),
+                    y=None if b.get("y") is None else np.asarray(b["y"]).tolist(),
+                )
+                for b in self.boundaries
+            ],
+            seconds=self.seconds,
+            summary=self.summary(),
+        )
+        _atomic_write(os.path.join(out_dir, "regime_map.json"), lambda p: _write_json(p, meta))
+        return out_dir
+
+    @classmethod
+    def load(cls, out_dir) -> RegimeMap:
+        """Read a map written by `save` (and its sweep from `out_dir/sweep` if present).
+
+        **Raises:** `ValueError` naming the file for a folder without a map, a damaged
+        file, or a map written with a different list of regimes.
+        """
+        out_dir = os.fspath(out_dir)
+        jpath = os.path.join(out_dir, "regime_map.json")
+        npath = os.path.join(out_dir, "regime_map.npz")
+        if not os.path.isfile(jpath) or not os.path.isfile(npath):
+            raise ValueError(
+                f"RegimeMap.load: {out_dir!r} holds no regime map "
+                "(regime_map.json and regime_map.npz)."
+            )
+        try:
+            with open(jpath) as f:
+                meta = json.load(f)
+            names = meta["axes"]
+            if meta["regime_names"] != list(REGIME_NAMES):
+                raise ValueError(
+                    f"it was written with regimes {meta['regime_names']}, this version has "
+                    f"{list(REGIME_NAMES)}"
+                )
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
+        try:
+            with np.load(npath, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+            axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
+            cells = tuple(len(v) for _, v in axes)
+            if arrays["dominant"].shape != cells:
+                raise ValueError(f"dominant has shape {arrays['dominant'].shape}, not {cells}")
+        except Exception as err:
+            raise ValueError(
+                f"RegimeMap.load: {npath} is damaged ({type(err).__name__}: {err})."
+            ) from None
+        sweep_dir = os.path.join(out_dir, "sweep")
+        sw = SweepResult.load(sweep_dir) if os.path.isdir(sweep_dir) else None
+        boundaries = [
+            dict(
+                label=b["label"],
+                x=np.asarray(b["x"]),
+                y=None if b["y"] is None else np.asarray(b["y"]),
+            )
+            for b in meta["boundaries"]
+        ]
+        return cls(
+            family=meta["family"],
+            method=meta["method"],
+            kernel=meta.get("kernel", "lsa"),
+            axes=axes,
+            fixed=meta["fixed"],
+            inits=int(meta["inits"]),
+            regime=arrays["regime"],
+            failed=arrays["failed"],
+            fractions=arrays["fractions"],
+            failed_fraction=arrays["failed_fraction"],
+            dominant=arrays["dominant"],
+            multistable=arrays["multistable"],
+            predicted=arrays.get("predicted"),
+            boundaries=boundaries,
+            seconds=float(meta.get("seconds", 0.0)),
+            sweep=sw,
+        )
+
+
+def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-cell fractions of a `cells + (K,)` array of sweep regime codes.
+
+    **Returns:** `(fractions, failed_fraction, dominant, multistable)` as in `RegimeMap`.
+    """
+    K = regime.shape[-1]
+    fractions = np.stack([np.mean(regime == i, axis=-1) for i in range(len(REGIME_NAMES))], -1)
+    failed_fraction = np.mean((regime == FAILED) | (regime == NOT_RUN), axis=-1)
+    dominant = np.where(failed_fraction >= 1, -1, np.argmax(fractions, axis=-1))
+    alive = np.maximum(1 - failed_fraction, 1 / K)
+    multistable = (failed_fraction < 1) & (np.max(fractions, axis=-1) / alive < 0.9)
+    return fractions, failed_fraction, dominant, multistable
+
+
+def _boundaries(predict, axes, fixed, resolution=241) -> list[dict]:
+    """The stated theory's boundaries in axis coordinates, from its predictions on a fine
+    grid: contour lines of each predicted region (2-D) or the crossing points (1-D)."""
+    if predict is None:
+        return []
+    names = [n for n, _ in axes]
+    grids = [np.linspace(v[0], v[-1], resolution) if v.size > 1 else v for _, v in axes]
+    if len(axes) == 1:
+        code = np.array([predict(**{**fixed, names[0]: float(x)}) for x in grids[0]])
+        change = np.flatnonzero(code[1:] != code[:-1])
+        xs = 0.5 * (grids[0][change] + grids[0][change + 1])
+        return [dict(label="stated theory boundary", x=xs, y=None)] if xs.size else []
+    gx, gy = grids
+    code = np.array(
+        [[predict(**{**fixed, names[0]: float(x), names[1]: float(y)}) for y in gy] for x in gx]
+    )
+    import contourpy
+
+    lines = []
+    for value in np.unique(code):
+        gen = contourpy.contour_generator(gx, gy, (code == value).astype(float).T)
+        for seg in gen.lines(0.5):
+            if len(seg) > 1:
+                lines.append(seg)
+    # Adjacent regions share their boundary: keep each curve once (by its midpoint).
+    seen, out = set(), []
+    for seg in lines:
+        key = tuple(np.round(seg[len(seg) // 2], 6))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(dict(label="stated theory boundary", x=seg[:, 0], y=seg[:, 1]))
+    return out
+
+
+def regime_map(
+    family: str | Family | Callable[..., Any] = "case4",
+    axes: Mapping[str, Any] | Sequence[Any] | str = (("v11", np.linspace(-2, 2, 16)),),
+    *,
+    fixed: Mapping[str, float] | None = None,
+    method: str = "particles",
+    kernel: str = "lsa",
+    n: int = 64,
+    inits: int = 4,
+    seed: int = 0,
+    init: str = "disc",
+    r0: float = 0.9,
+    t1: float = 100.0,
+    num_save: int = 201,
+    integration: Integration | None = None,
+    judge: Judge | None = None,
+    runner: Runner | None = None,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> RegimeMap:
+    r"""Map the long-run regimes of a family of flows over a 1-D or 2-D parameter grid.
+
+    Every cell runs `inits` (K) members from different initial conditions (seeds
+    `seed·K + k`, the same K in every cell: common random numbers make neighbouring
+    cells comparable), through one `sweep`; the map holds each cell's basin fractions.
+
+    **Arguments:**
+
+    - `family`: a built-in name (`FAMILIES`: `"case1"`, `"case2"`, `"case4"`,
+      `"rotating"`, `"random"`, `"entries"`), a `Family`, or any callable taking the
+      parameters as keywords and returning `(A, V, beta)` or a flow module.
+    - `axes`: `{name: values}` or `[(name, values), ...]` or `"name=lo:hi:num"` strings;
+      one or two axes of cell centres (strictly increasing).
+    - `fixed`: values of the other parameters (defaults: the family's).
+    - `method`: `"particles"` (any d), `"ott_antonsen"`, `"watanabe_strogatz"` (d = 2 LSA).
+    - `kernel`: for `(A, V, beta)` families, the `AttentionDynamics` kernel.
+    - `n`, `inits`, `seed`, `init`, `r0`: tokens per member, initial conditions per
+      cell, base seed, initial law and radius (see `Members`; the default `"disc"` law
+      draws `R₂(0)` uniformly in the disc of radius `r0`, so the K inits explore the
+      phase space).
+    - `t1`, `num_save`: horizon (natural time units) and save points, unless
+      `integration` is given; `judge`, `runner`: as in `sweep`.
+    - `out_dir`: the sweep is written to `out_dir/sweep` (resumable by rerunning) and
+      the map saved to `out_dir` (`RegimeMap.save`).
+
+    **Returns:** a `RegimeMap`.
+
+    **Raises:** `ValueError` naming the problem: an unknown family or parameter, bad
+    axes, a family returning something other than `(A, V, beta)` or a flow module, and
+    every error of `sweep`.
+
+    Source: the regimes of Li et al. (2026); basin fractions as in the multistability
+    literature (fraction of initial conditions attracted to each regime).
+    """
+    where = "regime_map"
+    name, defaults, build, predict = _family_params(family)
+    axes = _axes(axes)
+    fixed = dict(fixed or {})
+    accepts_any = _accepts_any(build) and not isinstance(family, (str, Family))
+    _check_names(where, [n for n, _ in axes] + list(fixed), defaults, accepts_any)
+    inits = int(inits)
+    if inits < 1:
+        raise ValueError(f"{where}: inits must be >= 1, got {inits}.")
+    base = {**defaults, **fixed}
+    cells = tuple(len(v) for _, v in axes)
+    grid = [dict(zip([n for n, _ in axes], pt)) for pt in np.ndindex(*cells)]
+    points = [{k: float(axes[i][1][j]) for i, (k, j) in enumerate(g.items())} for g in grid]
+    built = []
+    for p in points:
+        try:
+            built.append(build(**{**base, **p}))
+        except TypeError as err:
+            raise ValueError(f"{where}: family {name!r} cannot be called with {p}: {err}")
+    first = built[0]
+    t_start = time.perf_counter()
+    if runner is None:
+        runner = Runner(
+            out_dir=None if out_dir is None else os.path.join(os.fspath(out_dir), "sweep"),
+            progress=progress,
+        )
+    if integration is None:
+        integration = Integration(t1, num_save)
+    seeds = (int(seed) * inits + np.arange(inits)).astype(np.int64)
+    mkw = dict(n=n, method=method, init=init, r0=r0)
+    if isinstance(first, tuple) and len(first) == 3:
+        A = np.stack([np.asarray(b[0], float) for b in built])
+        V = np.stack([np.asarray(b[1], float) for b in built])
+        beta = np.array([float(b[2]) for b in built])
+        members = attention_members(
+            np.repeat(A, inits, 0),
+            np.repeat(V, inits, 0),
+            np.repeat(beta, inits),
+            np.tile(seeds, len(built)),
+            kernel=kernel,
+            dtype=integration.dtype,
+            **mkw,
+        )
+    elif isinstance(first, eqx.Module):
+        stacked = jax.tree_util.tree_map(
+            lambda *xs: np.repeat(np.stack([np.asarray(x) for x in xs]), inits, 0)
+            if eqx.is_array_like(xs[0])
+            else xs[0],
+            *built,
+        )
+        members = Members(stacked, seeds=np.tile(seeds, len(built)), **mkw)
+        kernel = getattr(first, "kernel", type(first).__name__)
+    else:
+        raise ValueError(
+            f"{where}: family {name!r} must return (A, V, beta) or a flow module, got "
+            f"{type(first).__name__}."
+        )
+    res = sweep(members, integration=integration, judge=judge, runner=runner)
+    regime = res.regime.reshape(cells + (inits,))
+    failed = res.failed.reshape(cells + (inits,))
+    fractions, failed_fraction, dominant, multistable = basin_fractions(regime)
+    predicted = None
+    if predict is not None:
+        predicted = np.array([predict(**{**base, **p}) for p in points]).reshape(cells)
+    out = RegimeMap(
+        family=name,
+        method=method,
+        kernel=str(kernel),
+        axes=axes,
+        fixed={k: v for k, v in base.items() if k not in dict(axes)},
+        inits=inits,
+        regime=regime,
+        failed=failed,
+        fractions=fractions,
+        failed_fraction=failed_fraction,
+        dominant=dominant,
+        multistable=multistable,
+        predicted=predicted,
+        boundaries=_boundaries(predict, axes, base),
+        seconds=time.perf_counter() - t_start,
+        sweep=res,
+    )
+    if out_dir is not None:
+        out.save(out_dir)
+    return out
