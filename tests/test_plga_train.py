@@ -251,7 +251,7 @@ def test_corrupt_truncated_and_mismatched_checkpoints_refused(data, tmp_path):
     model = _standin()
     like_opt = make_optimizer(cfg).init(eqx.filter(model, eqx.is_inexact_array))
     loaded, _, manifest = load_checkpoint(ckpt, like_model=model, like_opt_state=like_opt)
-    assert manifest["step"] == 3 and manifest["format_version"] == 1
+    assert manifest["step"] == 3 and manifest["format_version"] == 2
 
     def fresh_copy(name):
         dst = tmp_path / name

@@ -1,6 +1,6 @@
 """Training checkpoints: Equinox leaf serialisation of the model and the optimiser state, with a
 JSON manifest (format version, step, data position, model and training configuration, SHA-256 and
-size of every file).
+size of every file, and the path, shape and dtype of every serialised leaf).
 
 Layout of a run directory:
 
@@ -9,10 +9,12 @@ Layout of a run directory:
     DIR/step_00000100/opt_state.eqx  eqx.tree_serialise_leaves(optimiser state)
     DIR/step_00000100/manifest.json  written last; a step directory appears atomically (rename)
 
-Loading checks the manifest, the file hashes and sizes, and the configuration before any bytes are
-deserialised, so a corrupt, truncated or mismatched checkpoint is refused with a message naming
-what is
-wrong. No pickle anywhere.
+Loading checks the manifest, the file hashes and sizes, the configuration and the leaf records
+before any bytes are deserialised, so a corrupt, truncated or mismatched checkpoint is refused with
+a message naming what is wrong. Equinox serialises leaves in flattening order and checks only
+shapes and dtypes: two fields of equal shape that a code change reorders (or renames) would load
+swapped without the recorded leaf paths. `usable_checkpoint` falls back past a corrupt newest
+step to the newest one that passes these checks. No pickle anywhere.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import time
 from typing import Any
 
 import equinox as eqx
+import jax
+import numpy as np
 
 __all__ = [
     "CheckpointError",
@@ -35,14 +39,17 @@ __all__ = [
     "FORMAT_VERSION",
     "checkpoint_dirs",
     "latest_checkpoint",
+    "leaf_records",
     "load_checkpoint",
     "load_model",
     "read_manifest",
     "save_checkpoint",
+    "usable_checkpoint",
 ]
 
 FORMAT = "jaxattn.plga.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-leaf records (path, shape, dtype) of both files
+_READABLE_VERSIONS = (1, 2)  # version 1 has no leaf records: loaded with a warning
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
 _FILES = ("model.eqx", "opt_state.eqx")
 
@@ -79,6 +86,39 @@ def config_differences(saved: dict | None, current: dict | None, *, ignore=()) -
         a, b = saved.get(name, "<absent>"), current.get(name, "<absent>")
         if a != b:
             lines.append(f"{name}: checkpoint {a!r}, this run {b!r}")
+    return lines
+
+
+def leaf_records(tree) -> list[dict]:
+    """`[{"path", "shape", "dtype"}]` for every leaf that `eqx.tree_serialise_leaves` writes
+    (arrays, NumPy scalars and Python numbers), in serialisation order. `jax.ShapeDtypeStruct`
+    leaves (an `eqx.filter_eval_shape` skeleton) count as arrays."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
+            shape, dtype = list(np.shape(leaf)), np.dtype(leaf.dtype).name
+        elif isinstance(leaf, (bool, int, float, complex)):
+            shape, dtype = [], type(leaf).__name__
+        else:
+            continue  # not serialised by Equinox
+        out.append({"path": jax.tree_util.keystr(path), "shape": shape, "dtype": dtype})
+    return out
+
+
+def _leaf_differences(saved: list, expected: list) -> list[str]:
+    lines = []
+    if len(saved) != len(expected):
+        lines.append(f"{len(saved)} leaves on disk, {len(expected)} expected")
+    for i, (a, b) in enumerate(zip(saved, expected)):
+        if a != b:
+            lines.append(
+                f"leaf {i}: on disk {a['path']} {a['dtype']}{tuple(a['shape'])}, expected "
+                f"{b['path']} {b['dtype']}{tuple(b['shape'])}"
+            )
+    paths_a = {r["path"] for r in saved}
+    paths_b = {r["path"] for r in expected}
+    lines += [f"expected leaf {p} is not on disk" for p in sorted(paths_b - paths_a)[:5]]
+    lines += [f"leaf {p} on disk is not expected" for p in sorted(paths_a - paths_b)[:5]]
     return lines
 
 
@@ -141,6 +181,7 @@ def save_checkpoint(
             name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
             for name in _FILES
         },
+        leaves={"model.eqx": leaf_records(model), "opt_state.eqx": leaf_records(opt_state)},
     )
     (tmp / "manifest.json").write_text(json.dumps(body, indent=2, sort_keys=True))
     if final.exists():
@@ -168,10 +209,10 @@ def read_manifest(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"checkpoint {path}: manifest.json is corrupt ({err})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path}: manifest.json is not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in _READABLE_VERSIONS:
         raise CheckpointError(
             f"checkpoint {path}: format version {manifest.get('format_version')!r}; this jaxattn "
-            f"reads version {FORMAT_VERSION}"
+            f"reads versions {', '.join(map(str, _READABLE_VERSIONS))}"
         )
     manifest["path"] = str(path)
     return manifest
@@ -198,7 +239,69 @@ def verify_files(path: pathlib.Path, manifest: dict, names=_FILES) -> None:
             )
 
 
-def _deserialise(path: pathlib.Path, name: str, like):
+def usable_checkpoint(
+    path: str | os.PathLike, *, files=("model.eqx",)
+) -> tuple[pathlib.Path, str | None]:
+    """The step directory to load from `path`, after checking its manifest and the SHA-256 and
+    size of `files`.
+
+    A step directory is used as given (a corrupt one is refused). For a run directory, the newest
+    step that passes the checks is used: a corrupt or truncated newest step (a crash while copying,
+    a full disk) falls back to the previous good one.
+
+    **Returns:** `(step_dir, note)`; `note` is `None`, or one line saying which newer steps were
+    skipped and why, and which step is used.
+
+    **Raises:** `FileNotFoundError` for a missing path; `CheckpointError` when no step passes
+    (the message gives the newest step's problem).
+    """
+    path = pathlib.Path(path)
+    if (path / "manifest.json").exists() or _STEP_DIR.match(path.name):
+        verify_files(path, read_manifest(path), files)
+        return path, None
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint: no such directory: {path}")
+    dirs = checkpoint_dirs(path)
+    if not dirs:
+        raise CheckpointError(f"checkpoint: {path} holds no checkpoint (no step_* directory)")
+    skipped = []
+    for step_dir in reversed(dirs):
+        try:
+            manifest = read_manifest(step_dir)
+            verify_files(step_dir, manifest, files)
+        except CheckpointError as err:
+            skipped.append((step_dir, str(err).removeprefix(f"checkpoint {step_dir}: ")))
+            continue
+        if not skipped:
+            return step_dir, None
+        why = "; ".join(f"{d.name}: {reason}" for d, reason in skipped)
+        note = f"using checkpoint {step_dir.name} (step {manifest['step']}); skipped unusable {why}"
+        return step_dir, note
+    newest, reason = skipped[0]
+    message = f"checkpoint {newest}: {reason}"
+    if len(skipped) > 1:
+        earlier = "; ".join(f"{d.name}: {r}" for d, r in skipped[1:4])
+        message += f" (and no earlier step is usable: {earlier})"
+    raise CheckpointError(message)
+
+
+def _deserialise(path: pathlib.Path, name: str, like, manifest: dict):
+    saved = (manifest.get("leaves") or {}).get(name)
+    if saved is None:
+        import warnings
+
+        warnings.warn(
+            f"checkpoint {path}: format version {manifest.get('format_version')} records no leaf "
+            f"paths; {name} is loaded by leaf order and shape only",
+            stacklevel=3,
+        )
+    else:
+        diff = _leaf_differences(saved, leaf_records(like))
+        if diff:
+            raise CheckpointError(
+                f"checkpoint {path}: {name} holds other leaves than expected (written by another "
+                "version of the code or for another structure):\n  " + "\n  ".join(diff[:10])
+            )
     try:
         return eqx.tree_deserialise_leaves(path / name, like)
     except Exception as err:  # shapes/dtypes of another structure
@@ -247,26 +350,29 @@ def load_checkpoint(
             )
     names = _FILES if like_opt_state is not None else ("model.eqx",)
     verify_files(path, manifest, names)
-    model = _deserialise(path, "model.eqx", like_model)
+    model = _deserialise(path, "model.eqx", like_model, manifest)
     opt_state = None
     if like_opt_state is not None:
-        opt_state = _deserialise(path, "opt_state.eqx", like_opt_state)
+        opt_state = _deserialise(path, "opt_state.eqx", like_opt_state, manifest)
     return model, opt_state, manifest
 
 
 def load_model(path: str | os.PathLike, *, dtype=None):
-    """A `PLDRLLM` from a training checkpoint (step directory, or run directory = latest step),
-    with its
-    manifest. `dtype` casts the float32 master weights (e.g. `jnp.float64` for audits).
+    """A `PLDRLLM` from a training checkpoint (a step directory, or a run directory: its newest
+    usable step, see `usable_checkpoint`), with its manifest. `dtype` casts the float32 master
+    weights (e.g. `jnp.float64` for audits).
 
-    **Returns:** `(model, manifest)`.
+    **Returns:** `(model, manifest)`; `manifest["fallback"]` is `None`, or the line saying which
+    newer, unusable steps of a run directory were skipped.
+
+    **Raises:** `CheckpointError` when no step is usable or the checkpoint does not fit.
     """
-    import jax
     import jax.numpy as jnp
 
     from ._model import PLDRLLM, PLDRLLMConfig
 
-    manifest = read_manifest(path)
+    step_dir, note = usable_checkpoint(path)
+    manifest = read_manifest(step_dir)
     cfg = manifest.get("model_config")
     if not cfg:
         raise CheckpointError(f"checkpoint {manifest['path']}: manifest has no model_config")
@@ -279,6 +385,7 @@ def load_model(path: str | os.PathLike, *, dtype=None):
         lambda: PLDRLLM(config, key=jax.random.key(0), dtype=jnp.float32, attention=attention)
     )
     model, _, manifest = load_checkpoint(manifest["path"], like_model=like)
+    manifest["fallback"] = note
     if dtype is not None:
         model = jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
     return model, manifest

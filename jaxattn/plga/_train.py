@@ -63,8 +63,13 @@ class TrainConfig:
       off.
     - `compute_dtype`: `"float32"` or `"bf16"` (master weights and optimiser state stay float32).
     - `seed`: model initialisation and batch order; `checkpoint_every`, `eval_every` (steps; 0 =
-      only
-      at the end); `keep_checkpoints` (0 = keep all).
+      only at the end); `keep_checkpoints` (keep only the newest K step directories; 0 = all).
+
+    **Raises:** `ValueError` naming the field for a count that is not an integer ≥ 1 (`steps`,
+    `batch_size`, `seq_len`) or ≥ 0 (the others), and for a real setting that is NaN, infinite or
+    out of range: `learning_rate > 0`, `0 ≤ final_lr_fraction ≤ 1`, `0 ≤ b1, b2 < 1`, `eps > 0`,
+    `weight_decay ≥ 0`, `clip_value > 0` (clipping by value at `c ≤ 0` would replace every
+    gradient entry by `±c`), `dag_coefficients` three finite numbers ≥ 0.
     """
 
     steps: int = 300
@@ -86,19 +91,53 @@ class TrainConfig:
     keep_checkpoints: int = 0
 
     def __post_init__(self):
+        def integer(name, low):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                if not (isinstance(value, (float, np.floating)) and float(value).is_integer()):
+                    raise ValueError(f"TrainConfig.{name} must be an integer, got {value!r}")
+            if int(value) < low:
+                raise ValueError(f"TrainConfig.{name} must be >= {low}, got {value!r}")
+            object.__setattr__(self, name, int(value))
+
+        def real(name, low, high, *, low_open=False, high_open=False):
+            value = getattr(self, name)
+            try:
+                x = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"TrainConfig.{name} must be a number, got {value!r}") from None
+            bad = not math.isfinite(x) or x < low or x > high
+            bad = bad or (low_open and x == low) or (high_open and x == high)
+            if bad:
+                lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+                raise ValueError(
+                    f"TrainConfig.{name} must be a finite number in {lo}{low}, {high}{hi}, "
+                    f"got {value!r}"
+                )
+            object.__setattr__(self, name, x)
+
         for name in ("steps", "batch_size", "seq_len"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("warmup_steps", "checkpoint_every", "eval_every", "keep_checkpoints"):
-            if int(getattr(self, name)) < 0:
-                raise ValueError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"TrainConfig.learning_rate must be > 0, got {self.learning_rate}")
+            integer(name, 1)
+        for name in ("warmup_steps", "seed", "checkpoint_every", "eval_every", "keep_checkpoints"):
+            integer(name, 0)
+        inf = math.inf
+        real("learning_rate", 0.0, inf, low_open=True)
+        real("final_lr_fraction", 0.0, 1.0)
+        real("b1", 0.0, 1.0, high_open=True)
+        real("b2", 0.0, 1.0, high_open=True)
+        real("eps", 0.0, inf, low_open=True)
+        real("weight_decay", 0.0, inf)
+        # clip by value at c maps every gradient entry into [-c, c]: c <= 0 (or NaN) would turn
+        # every gradient into ±c or 0; "no clipping" is a very large c, not inf.
+        real("clip_value", 0.0, inf, low_open=True)
         if self.compute_dtype not in _DTYPES:
             raise ValueError(
                 f"TrainConfig.compute_dtype must be 'float32' or 'bf16', got {self.compute_dtype!r}"
             )
-        dag = tuple(float(c) for c in self.dag_coefficients)
+        try:
+            dag = tuple(float(c) for c in self.dag_coefficients)
+        except (TypeError, ValueError):
+            dag = ()
         if len(dag) != 3 or any(c < 0 or not math.isfinite(c) for c in dag):
             raise ValueError(
                 "TrainConfig.dag_coefficients must be three finite numbers >= 0 (A_LM, A_P, G_LM), "
@@ -346,12 +385,18 @@ def train(
     **Arguments:**
 
     - `model`: an Equinox module mapping ids `(seq,)` to `(logits (seq, vocab), per-layer deductive
-      outputs)`, e.g. `PLDRLLM`; its floating leaves are the float32 master weights.
+      outputs)`, e.g. `PLDRLLM`; its floating leaves are the master weights. Leaves narrower than
+      float32 (a model stored in float16 or bfloat16) are trained as float32 master copies with
+      float32 optimiser state (Adam's second moments underflow in float16 and updates grow to
+      hundreds of times the learning rate); the returned model is then float32. Computation
+      runs in `config.compute_dtype`.
     - `data`: a `TextData` (rows of `config.seq_len + 1` tokens).
     - `config`: a `TrainConfig`.
     - `out_dir`: the run directory (see `_checkpoint`).
-    - `resume`: continue from the latest checkpoint in `out_dir`, bit for bit as if never stopped.
-      Without it, an `out_dir` that already holds checkpoints is refused (nothing is overwritten).
+    - `resume`: continue from the latest checkpoint in `out_dir`, bit for bit as if never stopped
+      (a corrupt or truncated newest step falls back to the previous good one, and `log` says
+      which). Without it, an `out_dir` that already holds checkpoints is refused (nothing is
+      overwritten). A warm-up not shorter than `config.steps` is reported through `log`.
     - `stop_after`: stop (and checkpoint) after this many steps of this call — the schedule still
       runs to `config.steps`; resume later to finish.
     - `allow_changed_settings`: on `resume`, accept training settings that differ from the
@@ -376,7 +421,21 @@ def train(
             f"data rows have seq_len {data.seq_len}, TrainConfig.seq_len is {config.seq_len}"
         )
     pad_id = int(data.pad_id)
+    if config.warmup_steps >= config.steps:
+        say(
+            f"warning: the warm-up ({config.warmup_steps} steps) is not shorter than the run "
+            f"({config.steps} steps): the learning rate rises linearly over "
+            f"{max(config.steps - 1, 0)} steps, reaches the peak only at the last step and "
+            "never decays; use a warm-up well below --steps"
+        )
 
+    model, narrow = _float32_master(model)
+    if narrow:
+        say(
+            f"model parameters are {', '.join(narrow)}: training float32 master weights and "
+            f"optimiser state (compute dtype {config.compute_dtype}); narrower Adam moments "
+            "underflow"
+        )
     optimizer = make_optimizer(config)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     opt_state = optimizer.init(params)
@@ -387,12 +446,22 @@ def train(
     if resume:
         if existing is None:
             raise ValueError(f"--resume: {out_dir} holds no checkpoint to resume from")
+        existing, note = _checkpoint.usable_checkpoint(out_dir, files=_checkpoint._FILES)
+        if note:
+            say(note)
         saved_train = _checkpoint.read_manifest(existing).get("train_config") or {}
         changed = _checkpoint.config_differences(
             saved_train, run_manifest["train_config"], ignore=_RESUMABLE_FIELDS
         )
         if changed and allow_changed_settings:
             say("resuming with changed training settings:\n  " + "\n  ".join(changed))
+        elif changed:
+            raise _checkpoint.CheckpointError(
+                f"checkpoint {existing} was written with other training settings (resuming would "
+                "not continue the same run):\n  " + "\n  ".join(changed) + "\nTo continue it "
+                "with these settings anyway, pass --allow-changed-settings "
+                "(train(..., allow_changed_settings=True))."
+            )
         model, opt_state, saved = _checkpoint.load_checkpoint(
             existing,
             like_model=model,
@@ -524,7 +593,7 @@ def train(
         if bar is not None:
             bar.close()
         last_ckpt = save({"loss": last_loss, "interrupted": True})
-        say(f"interrupted: saved {last_ckpt}; continue with --resume")
+        say(f"interrupted at step {step}: saved {last_ckpt}; continue with --resume")
         raise
     finally:
         if bar is not None:
@@ -548,6 +617,26 @@ def train(
         checkpoint=last_ckpt,
         seconds=seconds,
     )
+
+
+def _float32_master(model):
+    """`(model, names)`: floating leaves narrower than float32 (float16, bfloat16) cast to float32
+    master copies, and the names of the dtypes that were cast (empty: unchanged)."""
+    narrow = sorted(
+        {
+            jnp.dtype(x.dtype).name
+            for x in jax.tree.leaves(model)
+            if eqx.is_inexact_array(x) and jnp.finfo(x.dtype).bits < 32
+        }
+    )
+    if narrow:
+        model = jax.tree.map(
+            lambda x: x.astype(jnp.float32)
+            if eqx.is_inexact_array(x) and jnp.finfo(x.dtype).bits < 32
+            else x,
+            model,
+        )
+    return model, narrow
 
 
 def _step_of(path) -> int:
