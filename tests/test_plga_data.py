@@ -1,6 +1,7 @@
 """Tokenizer, documents, EOS packing, splits and the batch order of the PLGA training data."""
 
 import math
+import unicodedata
 
 import numpy as np
 import pytest
@@ -136,3 +137,57 @@ def test_batch_order_epochs_and_resume():
     # a pure function of (seed, position): resuming at position 8 continues the same order
     np.testing.assert_array_equal(batch_indices(n, b, 8, seed=7), seq[8:12])
     assert not np.array_equal(batch_indices(n, b, 0, seed=8), seq[:4])
+
+
+def test_nul_and_control_character_text_refused(tmp_path, tokenizer):
+    zeros = tmp_path / "zeros.txt"
+    zeros.write_bytes(b"\x00" * 4096)
+    with pytest.raises(ValueError, match=r"zeros\.txt contains NUL characters \(4096 of 4096"):
+        load_text_data(tokenizer, [zeros], seq_len=8)
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("real words here " * 20 + "\x00 tail")
+    with pytest.raises(ValueError, match="the first at character 320"):
+        read_documents([mixed])
+    noisy = tmp_path / "noisy.txt"
+    noisy.write_text("abc\x01\x02\x1b" * 50)
+    with pytest.raises(ValueError, match=r"noisy\.txt is 50% control characters \(150 of 300\)"):
+        read_documents([noisy])
+    ok = tmp_path / "ok.txt"  # tabs, form feeds and a rare escape are text
+    ok.write_text("col\tcol\n\fpage two " + "x" * 200 + "\x1b")
+    assert read_documents([ok]) == [ok.read_text().strip()]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "emoji 😀 inside",
+        "ends in a four-byte 🎉",
+        "ends in é",
+        "日本語のテキスト",  # pieces the English tokenizer lacks: byte fallback
+        "mixed: Ωmega ∑ 𝔘nicode ✓",
+        "",
+        "<s></s><pad>[UNK]",  # special pieces' spellings are plain text
+    ],
+)
+def test_byte_fallback_round_trip(tokenizer, text):
+    """Exact round trips for NFKC-normal text; the tokenizer normalises (NFKC) first, so 𝔘 comes
+    back as U."""
+    ids = tokenizer.encode(text)
+    assert tokenizer.decode(ids) == unicodedata.normalize("NFKC", text)
+    if "𝔘" not in text:
+        assert tokenizer.decode(ids) == text
+    assert all(0 <= i < tokenizer.vocab_size for i in ids)
+    assert tokenizer.unk_id not in ids  # byte fallback: nothing is unknown
+    assert tokenizer.eos_id not in ids and tokenizer.bos_id not in ids
+
+
+def test_byte_fallback_pieces_and_specials(tokenizer):
+    ids = tokenizer.encode("😀")
+    pieces = [tokenizer._sp.IdToPiece(i) for i in ids]
+    assert pieces[-4:] == ["<0xF0>", "<0x9F>", "<0x98>", "<0x80>"]  # U+1F600 in UTF-8
+    # a generation cut inside a multibyte character decodes with U+FFFD, never raises
+    assert tokenizer.decode(ids[:-1]) == "\ufffd" * 3
+    # special ids only: nothing to show
+    specials = [tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id]
+    assert tokenizer.decode(specials) == "" and tokenizer.decode([]) == ""
+    assert tokenizer.encode("") == []

@@ -104,10 +104,20 @@ class Tokenizer:
         return int(self._sp.eos_id())
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, without BOS or EOS."""
+        """Token ids of `text`, without BOS or EOS.
+
+        The packaged tokenizer normalises first (NFKC; runs of whitespace, newlines included,
+        become one space; leading and trailing whitespace is dropped) and falls back to byte
+        pieces `<0x..>` for characters it has no piece for, so no id is `unk`:
+        `decode(encode(s)) == s` for NFKC-normal text with single spaces (emoji, CJK, accents;
+        tested). Spellings of special pieces such as `"<s>"` are encoded as plain text."""
         return list(self._sp.EncodeAsIds(text))
 
     def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`; special ids (pad, BOS, EOS) decode to nothing, and an incomplete UTF-8
+        byte sequence (a generation cut inside a character) to U+FFFD per byte.
+
+        **Raises:** `ValueError` for ids outside `[0, vocab_size)`."""
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
@@ -121,6 +131,28 @@ class Tokenizer:
 _BLANK_LINES = re.compile(r"\n[ \t\r\f\v]*\n")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")  # C0 controls and DEL, not tab/newline/ff
+_MAX_CONTROL_FRACTION = 0.01
+
+
+def _check_usable_text(path: pathlib.Path, text: str) -> None:
+    """Refuse text that is not text: NUL characters (a binary file, or a file of zeros from a
+    failed copy), or more than 1 % control characters. Both would train silently (the tokenizer
+    maps them to byte pieces) on a stream no one meant to model."""
+    nul = text.find("\x00")
+    if nul >= 0:
+        raise ValueError(
+            f"text: {path} contains NUL characters ({text.count(chr(0))} of {len(text)}, the "
+            f"first at character {nul}): a binary or zero-filled file, not text"
+        )
+    controls = len(_CONTROL.findall(text))
+    if controls > _MAX_CONTROL_FRACTION * max(len(text), 1):
+        raise ValueError(
+            f"text: {path} is {controls / len(text):.0%} control characters ({controls} of "
+            f"{len(text)}): not usable text (at most {_MAX_CONTROL_FRACTION:.0%} are accepted)"
+        )
+
+
 def read_documents(paths: Sequence[str | os.PathLike] | None = None) -> list[str]:
     """Documents of UTF-8 text files: each file is split at blank lines, and each piece (stripped)
     is one
@@ -128,7 +160,7 @@ def read_documents(paths: Sequence[str | os.PathLike] | None = None) -> list[str
     `jaxattn/data/corpus`).
 
     **Raises:** `FileNotFoundError` for a missing file; `ValueError` if the files hold no text at
-    all.
+    all, or a file holds NUL characters or more than 1 % other control characters (not text).
     """
     paths = [DEFAULT_CORPUS] if paths is None else [pathlib.Path(p) for p in paths]
     if not paths:
@@ -142,6 +174,7 @@ def read_documents(paths: Sequence[str | os.PathLike] | None = None) -> list[str
         except UnicodeDecodeError as err:
             raise ValueError(f"text: {path} is not UTF-8 text ({err})") from None
         text = text.replace("\r\n", "\n")
+        _check_usable_text(path, text)
         docs.extend(d.strip() for d in _BLANK_LINES.split(text) if d.strip())
     if not docs:
         raise ValueError(
