@@ -43,6 +43,7 @@ from ._hamiltonian import (
 )
 from ._ott_antonsen import solve_ott_antonsen
 from ._presets import PRESETS
+from ._regimes import classify_order_parameter, default_gap_floor
 from ._search import regime_search
 from ._sweep import REGIME_NAMES, sweep
 from ._theory import block_embed, case1_criterion, case2_criterion, case4_criterion
@@ -193,7 +194,7 @@ def _section_cases(cfg, out, prog_bar):
     A = np.stack([p.A for p in presets])
     V = np.stack([p.V for p in presets])
     res = {}
-    for m in ("particles", "watanabe_strogatz", "ott_antonsen"):
+    for m in ("particles", "watanabe_strogatz"):
         res[m] = sweep(
             A,
             V,
@@ -206,6 +207,9 @@ def _section_cases(cfg, out, prog_bar):
             progress=prog_bar,
             dtype=np.float64,
         )
+    # Ott–Antonsen from the particles' measured R₂(0) (not the law's R₀: the sample differs
+    # from it by O(1/√n)), on the particles' save times, so the curves start together.
+    res["ott_antonsen"] = _oa_from_particles(A, V, res["particles"])
     rows, figs = [], []
     for i, p in enumerate(presets):
         row = dict(
@@ -230,6 +234,55 @@ def _section_cases(cfg, out, prog_bar):
     return dict(rows=rows, n=cfg.n_2d, t1_natural=cfg.t1_2d, timing=timing, figure=path)
 
 
+@eqx.filter_jit
+def _oa_from_particles_batch(A, V, R0, ts, rate, rtol):
+    def one(a, v, r0, t, k):
+        sol = solve_ott_antonsen(
+            a, v, r0, t1=t[-1], ts=t, rtol=rtol, atol=rtol * 1e-2, max_steps=65536, throw=False
+        )
+        # classify in the member's natural time, as the sweep does
+        floor = jnp.maximum(default_gap_floor(t.dtype), 10 * rtol)
+        regime, ev = classify_order_parameter(t * k, sol.R, gap_floor=floor)
+        return sol.R, regime._value, ev, sol.result._value, sol.num_steps
+
+    return jax.vmap(one)(A, V, R0, ts, rate)
+
+
+def _oa_from_particles(A, V, particles):
+    """Ott–Antonsen runs started at each particle member's measured `R₂(0)`, on its save
+    times, with the particle members' time unit; a `SweepResult`-like namespace."""
+    from types import SimpleNamespace
+
+    t0 = time.perf_counter()
+    dtype = np.asarray(particles.ts).dtype
+    R, regime, ev, result, steps = _oa_from_particles_batch(
+        jnp.asarray(A, dtype),
+        jnp.asarray(V, dtype),
+        jnp.asarray(particles.R2[:, 0]),
+        jnp.asarray(particles.ts, dtype),
+        jnp.asarray(particles.rate, dtype),
+        1e-9 if dtype == np.float64 else 1e-6,
+    )
+    R = np.asarray(R)
+    rate = np.asarray(particles.rate, np.float64)
+    evidence = {k: np.asarray(getattr(ev, k)) for k in ev.__dataclass_fields__}
+    for k in ("final_motion", "drift_rate", "rotation_rate"):
+        evidence[k] = evidence[k] * rate
+    evidence["period"] = evidence["period"] / rate
+    result = np.asarray(result)
+    failed = (result != 0) | ~np.all(np.isfinite(R), axis=1)
+    return SimpleNamespace(
+        R2=R,
+        ts=np.asarray(particles.ts),
+        regime=np.where(failed, REGIME_NAMES.index("undetermined"), np.asarray(regime)),
+        evidence=evidence,
+        result=result,
+        failed=failed,
+        num_steps=np.asarray(steps),
+        seconds=time.perf_counter() - t0,
+    )
+
+
 def _case1_A(t, D):
     # A representative with trace t and determinant D: [[t/2, 1], [t²/4 − D, t/2]].
     return np.array([[t / 2, 1.0], [t * t / 4 - D, t / 2]])
@@ -247,17 +300,22 @@ def _map_slices(g):
     dets = np.linspace(-3.0, 3.0, g)
     A = np.stack([_case1_A(t, D) for D in dets for t in trs])
     V = np.stack([_I2] * len(A))
-    bnd = [(np.zeros(2), np.array([0.0, 3.0])), (np.array([-3.0, 3.0]), np.zeros(2))]
+    claim = "tr A = 0, det A = 0 (clustering claimed if tr A > 0 or det A ≤ 0)"
+    bnd = [
+        (np.zeros(2), np.array([0.0, 3.0]), claim),
+        (np.array([-3.0, 3.0]), np.zeros(2), claim),
+    ]
     # neg-def boundary of the symmetric part for this representative: t < 0 and
     # t²/4 > ((1 + t²/4 − D)/2)²  ⇔  D > t²/4 + 1 + t (t < 0) ... drawn as a curve.
     tt = np.linspace(-3.0, 0.0, 200)
     Dn = tt * tt / 4 + 1 + tt
     keep = (Dn >= -3) & (Dn <= 3)
-    bnd.append((tt[keep], Dn[keep]))
+    bnd.append((tt[keep], Dn[keep], "sym(A) negative definite beyond (interior claimed)"))
     slices.append(
         dict(
             key="case1_trA_detA",
-            title="Case 1: V = I, A = [[t/2, 1], [t²/4 − D, t/2]]",
+            title="Case 1: V = I, A = [[t/2, 1], [t²/4 − D, t/2]]\n(trace t, determinant D)",
+            short="Case 1",
             x=trs,
             y=dets,
             xlabel="tr A",
@@ -272,14 +330,16 @@ def _map_slices(g):
     Q = _rot(0.4)
     V = np.stack([Q @ np.diag([l1, l2]) @ Q.T for l2 in xs for l1 in xs])
     A = np.stack([_I2] * len(V))
+    claim = "λ_max(V) = 0 (clustering iff λ_max(V) ≥ 0)"
     bnd = [
-        (np.array([0.0, 0.0]), np.array([-2.0, 0.0])),
-        (np.array([-2.0, 0.0]), np.array([0.0, 0.0])),
+        (np.array([0.0, 0.0]), np.array([-2.0, 0.0]), claim),
+        (np.array([-2.0, 0.0]), np.array([0.0, 0.0]), claim),
     ]
     slices.append(
         dict(
             key="case2_eigenvalues_V",
-            title="Case 2: A = I, V = Q diag(λ₁, λ₂) Qᵀ",
+            title="Case 2: A = I, V = Q diag(λ₁, λ₂) Qᵀ\n(Q: rotation by 0.4 rad)",
+            short="Case 2",
             x=xs,
             y=xs,
             xlabel="λ₁",
@@ -293,14 +353,16 @@ def _map_slices(g):
     # (c) Case 4: entries of V = [[v11, v12], [−v12, −v11]] at A = I.
     V = np.stack([np.array([[a, b], [-b, -a]]) for b in xs for a in xs])
     A = np.stack([_I2] * len(V))
+    claim = "|v11| = |v12| (oscillation iff |v11| < |v12|)"
     bnd = [
-        (np.array([-2.0, 2.0]), np.array([-2.0, 2.0])),
-        (np.array([-2.0, 2.0]), np.array([2.0, -2.0])),
+        (np.array([-2.0, 2.0]), np.array([-2.0, 2.0]), claim),
+        (np.array([-2.0, 2.0]), np.array([2.0, -2.0]), claim),
     ]
     slices.append(
         dict(
             key="case4_entries_V",
-            title="Case 4: A = I, V = [[v11, v12], [−v12, −v11]]",
+            title="Case 4: A = I\nV = [[v11, v12], [−v12, −v11]]",
+            short="Case 4",
             x=xs,
             y=xs,
             xlabel="v11",
@@ -362,7 +424,10 @@ def _section_maps(cfg, out, prog_bar):
                 x=s["x"],
                 y=s["y"],
                 measured=measured,
+                failed=r.failed.reshape(g, g),
                 disagree=disagree,
+                claimed=n_claims,
+                short=s["short"],
                 boundaries=s["boundaries"],
                 xlabel=s["xlabel"],
                 ylabel=s["ylabel"],
@@ -385,7 +450,7 @@ def _section_bifurcation(cfg, out, prog_bar):
     fixed = []
     for p, fp in zip(ps, fps):
         for R, kind, circ in zip(fp.R, fp.kind, fp.on_circle):
-            fixed.append((float(p), float(np.imag(R)), kind, bool(circ)))
+            fixed.append((float(p), complex(R), kind, bool(circ)))
     # Orbit range from OA runs along the same path (one compiled sweep).
     g = cfg.map_grid
     p_orbit = np.linspace(-2.0, 2.0, g * g)
@@ -403,8 +468,11 @@ def _section_bifurcation(cfg, out, prog_bar):
         dtype=np.float64,
         max_steps=65536,
     )
-    late = r.R2[:, 200:]
-    lo, hi = np.min(late.imag, 1), np.max(late.imag, 1)
+    # |R₂| range over the late window of the members that oscillate (NaN elsewhere)
+    late = np.abs(r.R2[:, 200:])
+    osc = r.regime == REGIME_NAMES.index("oscillation")
+    lo = np.where(osc, np.min(late, 1), np.nan)
+    hi = np.where(osc, np.max(late, 1), np.nan)
     folds = []
     for a, b in ((-1.5, -0.5), (0.5, 1.5)):
         p, (plo, phi), it = saddle_node_on_circle(fam, a, b, tol=1e-8)
@@ -422,11 +490,12 @@ def _section_bifurcation(cfg, out, prog_bar):
         p=ps,
         fixed=fixed,
         p_orbit=p_orbit,
-        orbit_lo=lo,
-        orbit_hi=hi,
+        orbit_abs_lo=lo,
+        orbit_abs_hi=hi,
         folds=[f["value"] for f in folds],
         xlabel="v11 (v12 = 1, A = I)",
-        title="Case 4 family: fixed points, orbit range, saddle-nodes (dashed)",
+        title="Case 4 family (A = I, V = [[v11, 1], [−1, −v11]]): OA fixed points by "
+        "stability, orbit range",
     )
     from ..plot._atlas import plot_bifurcation
 
@@ -564,10 +633,27 @@ def _section_high_d(cfg, out, prog_bar):
                     **_member_numbers(r, j),
                 )
             )
-            runs.append(dict(title=f"{k} ({kernel.upper()})", ts=r.ts[j], order=r.order[j]))
+            runs.append(
+                dict(
+                    case=k,
+                    kernel=kernel,
+                    ts=r.ts[j],
+                    order=r.order[j],
+                    regime=_label(r.regime[j]),
+                    **{
+                        e: float(r.evidence[e][j])
+                        for e in ("final_gap", "final_motion", "rotation_rate", "period")
+                    },
+                )
+            )
     from ..plot._atlas import plot_high_d
 
-    path = plot_high_d(runs, os.path.join(out, "figures", "high_d.png"))
+    path = plot_high_d(
+        runs,
+        os.path.join(out, "figures", "high_d.png"),
+        title=f"d = {d}, n = {cfg.n_high}, uniform initial tokens: order ρ per case (ρ = 1: "
+        "every token on one line, i.e. one cluster or one antipodal pair)",
+    )
     return dict(
         d=d,
         n=cfg.n_high,
@@ -665,6 +751,10 @@ def _section_glm(cfg, out, prog_bar):
         timing[kernel] = dict(seconds=r.seconds, members=len(As))
         for i, row in enumerate(out_rows):
             row[kernel] = int(r.regime[i])
+            reached = np.nonzero(np.asarray(r.order[i]) >= 0.99)[0]
+            row[f"{kernel}_time_to_order"] = (
+                float(r.ts[i][reached[0]]) if len(reached) else float("nan")
+            )
             row[f"{kernel}_regime"] = _label(r.regime[i])
             for k, v in _member_numbers(r, i).items():
                 if k != "regime":

@@ -321,6 +321,9 @@ def _run(args) -> int:
     }
     figures = []
     if not args.no_figures:
+        import matplotlib
+
+        matplotlib.use("Agg")  # this command only writes PNG files
         _progress("  drawing figures")
         figures = [
             str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")

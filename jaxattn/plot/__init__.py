@@ -1,5 +1,18 @@
-"""Figures for jaxattn runs. matplotlib is imported lazily (Agg backend without a display)."""
+"""Figures for jaxattn runs. matplotlib is imported when a figure is drawn; importing this
+package never changes the matplotlib backend."""
 
+from ._regime_map import (
+    FAILED_COLOUR as FAILED_COLOUR,
+)
+from ._regime_map import (
+    REGIME_COLOURS as REGIME_COLOURS,
+)
+from ._regime_map import (
+    plot_regime_map as plot_regime_map,
+)
+from ._regime_map import (
+    regime_colour as regime_colour,
+)
 from ._trajectory import (
     order_parameter_series as order_parameter_series,
 )

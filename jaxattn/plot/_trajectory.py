@@ -1,10 +1,11 @@
 """Figures of a particle run: tokens over time, |R₂| and arg R₂, R₂ in the complex plane.
 
-matplotlib is imported only when a figure is made, with the non-interactive Agg backend
-when there is no display. All functions take concrete (numpy-convertible) arrays.
+matplotlib is imported only when a figure is made; the backend is never changed here (the
+`jaxattn simulate` command selects Agg itself). All functions take concrete
+(numpy-convertible) arrays. In d > 2, `R₂` is that of the tokens projected on their top-two
+principal plane (`pca_plane`), and every figure says so.
 """
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +21,12 @@ __all__ = [
 
 
 def _pyplot():
-    import matplotlib
-
-    if not os.environ.get("DISPLAY") and not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+_PROJ_NOTE = "\nR₂ of the tokens projected on their top-2 principal plane"
 
 
 def pca_plane(xs) -> np.ndarray:
@@ -62,12 +62,17 @@ def order_parameter_series(xs) -> np.ndarray:
     return np.mean(np.exp(2j * theta), axis=-1)
 
 
-def plot_tokens(ts, xs, *, ax=None, title=None):
-    """Tokens over time: in d = 2 the angles θ_k(t) (mod 2π); in d > 2 the tokens projected
-    on the top-two principal plane, each path coloured by time, with the unit circle.
+def plot_tokens(ts, xs, *, ax=None, title=None, max_tokens: int = 64):
+    """Tokens over time.
+
+    - d = 2: the angles `θ_k(t)`, unwrapped in time (a token that turns keeps climbing
+      instead of jumping back at 2π), one line per token coloured by its initial angle
+      (colour bar); at most `max_tokens` evenly chosen tokens are drawn (the title says so).
+    - d > 2: the tokens projected on the top-two principal plane (`pca_plane`), each path
+      coloured by time (colour bar), final positions circled, with the unit circle.
 
     **Arguments:** `ts` shape `(times,)`; `xs` shape `(times, n, d)`; `ax` an optional
-    matplotlib axes.
+    matplotlib axes; `max_tokens` the most token paths drawn.
 
     **Returns:** the matplotlib axes.
     """
@@ -75,33 +80,61 @@ def plot_tokens(ts, xs, *, ax=None, title=None):
     ts = np.asarray(ts, dtype=np.float64)
     xs = np.asarray(xs, dtype=np.float64)
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4.5))
+        _, ax = plt.subplots(figsize=(6.4, 4.5), layout="constrained")
+    fig = ax.figure
     n, d = xs.shape[1], xs.shape[2]
+    keep = np.unique(np.linspace(0, n - 1, min(n, max_tokens)).round().astype(int))
+    shown = "" if len(keep) == n else f", {len(keep)} of {n} shown"
     if d == 2:
-        theta = np.mod(np.arctan2(xs[..., 1], xs[..., 0]), 2 * np.pi)
-        for k in range(n):
-            ax.plot(ts, theta[:, k], ".", ms=1.5, color=plt.cm.viridis(k / max(n - 1, 1)))
+        from matplotlib.collections import LineCollection
+        from matplotlib.colors import Normalize
+
+        theta = np.unwrap(np.arctan2(xs[..., 1], xs[..., 0]), axis=0)[:, keep]
+        theta0 = np.mod(theta[0], 2 * np.pi)
+        segs = [np.column_stack([ts, theta[:, k]]) for k in range(len(keep))]
+        lc = LineCollection(segs, cmap="twilight", norm=Normalize(0, 2 * np.pi), lw=0.8)
+        lc.set_array(theta0)
+        ax.add_collection(lc)
+        ax.set_xlim(ts[0], ts[-1])
+        finite = theta[np.isfinite(theta)]
+        lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 2 * np.pi)
+        pad = 0.05 * max(hi - lo, 1e-3)
+        ax.set_ylim(lo - pad, hi + pad)
         ax.set_xlabel("t")
-        ax.set_ylabel(r"$\theta_k$ (rad)")
-        ax.set_ylim(0, 2 * np.pi)
+        ax.set_ylabel(r"$\theta_k(t)$ (rad, unwrapped in time)")
+        cb = fig.colorbar(lc, ax=ax, pad=0.02)
+        cb.set_label(r"initial angle $\theta_k(0)$ (rad)")
     else:
-        P = xs @ pca_plane(xs)
+        from matplotlib.colors import Normalize
+
+        P = xs[:, keep] @ pca_plane(xs)
         circle = np.linspace(0, 2 * np.pi, 200)
-        ax.plot(np.cos(circle), np.sin(circle), color="0.8", lw=1)
-        colours = plt.cm.viridis(np.linspace(0, 1, len(ts)))
-        for k in range(n):
-            ax.scatter(P[:, k, 0], P[:, k, 1], c=colours, s=2)
+        ax.plot(np.cos(circle), np.sin(circle), color="0.8", lw=1, label="unit circle")
+        norm = Normalize(ts[0], ts[-1])
+        T = np.broadcast_to(ts[:, None], P.shape[:2])
+        sc = ax.scatter(
+            P[..., 0].ravel(), P[..., 1].ravel(), c=T.ravel(), cmap="viridis", norm=norm, s=2, lw=0
+        )
         ax.plot(P[-1, :, 0], P[-1, :, 1], "o", mfc="none", color="C3", ms=6, label="final")
         ax.set_aspect("equal")
         ax.set_xlabel("principal axis 1")
         ax.set_ylabel("principal axis 2")
-        ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(title or f"tokens (n = {n}, d = {d})")
+        ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=8, ncol=2)
+        cb = fig.colorbar(sc, ax=ax, pad=0.02)
+        cb.set_label("t")
+    info = f"n = {n}, d = {d}{shown}"
+    if d > 2:
+        info += "; projected on their top-2 principal plane"
+    ax.set_title(f"{title or 'tokens'}\n({info})", fontsize=10)
     return ax
 
 
-def plot_order_parameter(ts, R2, *, axes=None, title=None):
+def plot_order_parameter(ts, R2, *, axes=None, title=None, projected: bool = False):
     """`|R₂|` and `arg R₂` (unwrapped) against time, on two stacked axes.
+
+    **Arguments:** `ts` shape `(times,)`; `R2` complex `(times,)`; `axes` two optional
+    matplotlib axes; `projected` says that `R₂` is that of tokens projected on a plane (d > 2),
+    which the labels then state.
 
     **Returns:** the two matplotlib axes.
     """
@@ -109,38 +142,71 @@ def plot_order_parameter(ts, R2, *, axes=None, title=None):
     ts = np.asarray(ts, dtype=np.float64)
     R2 = np.asarray(R2)
     if axes is None:
-        _, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True)
+        _, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True, layout="constrained")
     axes[0].plot(ts, np.abs(R2), color="C0")
     axes[0].set_ylabel(r"$|R_2|$")
     axes[0].set_ylim(-0.02, 1.02)
     axes[1].plot(ts, np.unwrap(np.angle(R2)), color="C1")
-    axes[1].set_ylabel(r"arg $R_2$ (unwrapped)")
+    axes[1].set_ylabel(r"arg $R_2$ (rad, unwrapped)")
     axes[1].set_xlabel("t")
-    axes[0].set_title(title or "order parameter")
+    t = title or "order parameter"
+    axes[0].set_title(t + (_PROJ_NOTE if projected else ""), fontsize=10)
     return axes
 
 
-def plot_order_parameter_plane(R2, *, ax=None, title=None):
-    """The path of `R₂(t)` in the complex plane, inside the unit disc.
+def plot_order_parameter_plane(R2, *, ts=None, ax=None, title=None, projected: bool = False):
+    """The path of `R₂(t)` in the complex plane, coloured by time when `ts` is given.
+
+    When the path spans less than a third of the disc the view zooms to it (the title says
+    so; the unit circle is drawn where it is in view).
+
+    **Arguments:** `R2` complex `(times,)`; `ts` optional `(times,)`; `ax`; `projected` (d > 2:
+    `R₂` of the tokens projected on their top-2 principal plane, stated in the title).
 
     **Returns:** the matplotlib axes.
     """
     plt = _pyplot()
     R2 = np.asarray(R2)
     if ax is None:
-        _, ax = plt.subplots(figsize=(5, 5))
-    circle = np.linspace(0, 2 * np.pi, 200)
+        _, ax = plt.subplots(figsize=(5.6, 5), layout="constrained")
+    fig = ax.figure
+    circle = np.linspace(0, 2 * np.pi, 2000)
     ax.plot(np.cos(circle), np.sin(circle), color="0.7", lw=1)
-    ax.plot(np.real(R2), np.imag(R2), color="C0", lw=0.8)
+    if ts is not None:
+        from matplotlib.collections import LineCollection
+
+        pts = np.column_stack([R2.real, R2.imag])
+        lc = LineCollection(np.stack([pts[:-1], pts[1:]], 1), cmap="viridis", lw=1.0)
+        lc.set_array(np.asarray(ts, dtype=np.float64)[:-1])
+        ax.add_collection(lc)
+        cb = fig.colorbar(lc, ax=ax, pad=0.02, shrink=0.85)
+        cb.set_label("t")
+    else:
+        ax.plot(np.real(R2), np.imag(R2), color="C0", lw=0.8)
     ax.plot(np.real(R2[0]), np.imag(R2[0]), "o", color="C2", label="start")
     ax.plot(np.real(R2[-1]), np.imag(R2[-1]), "s", color="C3", label="end")
     ax.set_aspect("equal")
-    ax.set_xlim(-1.05, 1.05)
-    ax.set_ylim(-1.05, 1.05)
+    finite = R2[np.isfinite(R2)]
+    zoomed = False
+    if finite.size:
+        lo = np.array([finite.real.min(), finite.imag.min()])
+        hi = np.array([finite.real.max(), finite.imag.max()])
+        span = float(np.max(hi - lo))
+        if span < 2.1 / 3:
+            zoomed = True
+            half = 0.5 * max(span, 1e-6) * 1.25
+            c = 0.5 * (lo + hi)
+            ax.set_xlim(c[0] - half, c[0] + half)
+            ax.set_ylim(c[1] - half, c[1] + half)
+    if not zoomed:
+        ax.set_xlim(-1.05, 1.05)
+        ax.set_ylim(-1.05, 1.05)
     ax.set_xlabel(r"Re $R_2$")
     ax.set_ylabel(r"Im $R_2$")
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(title or r"$R_2$ in the complex plane")
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, -0.12), fontsize=8, ncol=3)
+    t = title or r"$R_2$ in the complex plane"
+    t += _PROJ_NOTE if projected else ""
+    ax.set_title(t + ("\n(zoomed to the path)" if zoomed else ""), fontsize=10)
     return ax
 
 
@@ -157,23 +223,23 @@ def save_trajectory_figures(ts, xs, out_dir, *, title=None, dpi=110) -> list[Pat
     out.mkdir(parents=True, exist_ok=True)
     R2 = order_parameter_series(xs)
     suffix = f" — {title}" if title else ""
+    projected = np.asarray(xs).shape[-1] > 2
     paths = []
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    fig, ax = plt.subplots(figsize=(6.6, 4.6), layout="constrained")
     plot_tokens(ts, xs, ax=ax, title=f"tokens{suffix}")
     paths.append(out / "tokens.png")
-    fig.tight_layout()
     fig.savefig(paths[-1], dpi=dpi)
     plt.close(fig)
-    fig, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True)
-    plot_order_parameter(ts, R2, axes=axes, title=f"order parameter{suffix}")
+    fig, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True, layout="constrained")
+    plot_order_parameter(ts, R2, axes=axes, title=f"order parameter{suffix}", projected=projected)
     paths.append(out / "order_parameter.png")
-    fig.tight_layout()
     fig.savefig(paths[-1], dpi=dpi)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5, 5))
-    plot_order_parameter_plane(R2, ax=ax, title=rf"$R_2$ in the plane{suffix}")
+    fig, ax = plt.subplots(figsize=(5.8, 5.4), layout="constrained")
+    plot_order_parameter_plane(
+        R2, ts=ts, ax=ax, title=rf"$R_2$ in the plane{suffix}", projected=projected
+    )
     paths.append(out / "order_parameter_plane.png")
-    fig.tight_layout()
     fig.savefig(paths[-1], dpi=dpi)
     plt.close(fig)
     return paths
