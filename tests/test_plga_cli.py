@@ -1,7 +1,9 @@
 """`jaxattn plga train` / `jaxattn plga generate`: parser, clear errors, and an end-to-end run."""
 
 import json
+import pathlib
 
+import numpy as np
 import pytest
 
 from jaxattn.cli import build_parser, main
@@ -18,7 +20,13 @@ def test_plga_group_registers_train_and_generate(capsys):
     args = parser.parse_args(["plga", "train", "--out", "x", "--dag", "0.1", "0", "0.2"])
     assert args.dag == [0.1, 0.0, 0.2] and args.steps == 300 and args.dtype == "float32"
     args = parser.parse_args(["plga", "generate", "--ckpt", "d", "--prompt", "hi"])
-    assert (args.cache, args.sampling, args.top_p) == ("kvg", "greedy", 0.9)
+    assert (args.cache, args.sampling, args.top_p) == ("none", "greedy", 0.9)  # exact by default
+    args = parser.parse_args(
+        ["plga", "generate", "--ckpt", "d", "--prompt", "hi", "--cache", "auto"]
+    )
+    assert args.cache == "auto"
+    assert parser.parse_args(["plga", "train", "--out", "x", "--keep-last", "3"]).keep == 3
+    assert parser.parse_args(["plga", "train", "--out", "x", "--keep", "2"]).keep == 2
     with pytest.raises(SystemExit):
         parser.parse_args(["plga", "generate", "--ckpt", "d", "--prompt", "hi", "--cache", "g"])
     with pytest.raises(SystemExit):
@@ -74,14 +82,31 @@ def test_train_resume_generate_end_to_end(tmp_path, capsys):
     assert main(other + ["--resume", "--steps", "4"]) == 2
     assert "d_model: checkpoint 16, this run 24" in capsys.readouterr().err
 
+    assert (run / "loss_curve.png").stat().st_size > 1000 and (run / "metrics.jsonl").is_file()
+
     texts = {}
-    for cache in ("none", "kv", "kvg"):
+    for cache in ("none", "kv", "kvg", "auto"):
         argv = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was", "--cache", cache]
         assert main(argv + ["--max-new-tokens", "5", "--ids"]) == 0
         out = capsys.readouterr()
         assert out.out.startswith("I was")
         texts[cache] = out.out
-        assert f"cache={cache}" in out.err and "step 4" in out.err
+        assert f"cache={cache}" in out.err or cache == "auto"
+        assert "step 4" in out.err
+        if cache in ("kv", "kvg"):
+            assert "an approximation unless the model has collapsed" in out.err
+    # auto measured KV+G against exact on this prompt and says what it chose; the text is then
+    # the exact one or the (agreeing) cached one
+    line = [ln for ln in out.err.splitlines() if ln.startswith("cache auto:")]
+    assert len(line) == 1 and "5 greedy tokens: max rel |Δlogit|" in line[0]
+    chosen = line[0].rsplit("cache=", 1)[1]
+    assert chosen in ("none", "kvg") and f"cache={chosen} (auto)" in out.err
+    assert texts["auto"] == texts[chosen]
+    # default: exact recomputation
+    argv = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was", "--max-new-tokens", "5"]
+    assert main(argv + ["--ids"]) == 0
+    out = capsys.readouterr()
+    assert "cache=none]" in out.err and out.out == texts["none"]
     argv = ["plga", "generate", "--ckpt", str(run / "step_00000002"), "--prompt", "I was"]
     argv += ["--sampling", "top_p", "--top-p", "0.5", "--temperature", "0.7", "--seed", "3"]
     assert main(argv + ["--max-new-tokens", "4"]) == 0
@@ -89,3 +114,117 @@ def test_train_resume_generate_end_to_end(tmp_path, capsys):
     argv = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was", "--max-new-tokens", "40"]
     assert main(argv) == 2
     assert "exceeds context_length=32" in capsys.readouterr().err
+
+    # a corrupt newest checkpoint: generate falls back to the previous good step and says so
+    blob = bytearray((run / "step_00000004" / "model.eqx").read_bytes())
+    blob[100] ^= 0xFF
+    (run / "step_00000004" / "model.eqx").write_bytes(bytes(blob))
+    argv = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was", "--max-new-tokens", "3"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (
+        "using checkpoint step_00000002 (step 2); skipped unusable step_00000004: model.eqx "
+        "is corrupt"
+        in err
+        and "(step 2)" in err
+    )
+    # ... and so does --resume (which then rewrites step 4 bit for bit)
+    assert main(base + ["--resume"]) == 0
+    assert "using checkpoint step_00000002 (step 2)" in capsys.readouterr().err
+
+
+def _fake_train(write_metrics=True, interrupt_after=None):
+    """A stand-in for `train` that writes what the real one writes (a checkpoint directory and
+    metrics.jsonl) without compiling a model."""
+    from jaxattn.plga._train import TrainResult
+
+    def fake(model, data, config, *, out_dir, log, **kw):
+        out_dir = pathlib.Path(out_dir)
+        (out_dir / "step_00000002").mkdir(parents=True)
+        (out_dir / "step_00000002" / "model.eqx").write_bytes(b"\0" * 1000)
+        if write_metrics:
+            rec = [{"step": s, "loss": 10.0 / s, "cross_entropy": 10.0 / s, "dag": 0.0}
+                   for s in (1, 2)]  # fmt: skip
+            rec.append({"step": 2, "val_loss": 6.0, "val_perplexity": float(np.exp(6.0))})
+            (out_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rec))
+        if interrupt_after is not None:
+            log(f"interrupted at step {interrupt_after}: saved {out_dir}/step_00000002; "
+                "continue with --resume")  # fmt: skip
+            raise KeyboardInterrupt
+        return TrainResult(model=model, opt_state=None, step=config.steps, history=[(1, 10.0)],
+                           val_history=[(2, 6.0)], checkpoint=out_dir / "step_00000002",
+                           seconds=1.0)  # fmt: skip
+
+    return fake
+
+
+def _train_argv(run):
+    return ["plga", "train", "--out", str(run), *MICRO, "--seq-len", "16", "--steps", "2",
+            "--warmup", "1", "--no-progress"]  # fmt: skip
+
+
+def test_train_interrupt_is_one_line_and_status_130(tmp_path, capsys, monkeypatch):
+    import jaxattn.plga._train as T
+
+    monkeypatch.setattr(T, "train", _fake_train(interrupt_after=2))
+    assert main(_train_argv(tmp_path / "r")) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if "interrupt" in ln]
+    assert lines == [f"interrupted at step 2: saved {tmp_path / 'r'}/step_00000002; continue "
+                     "with --resume"]  # fmt: skip
+
+
+def test_train_writes_loss_curve_and_sizes_and_labels_a_blocked_figure(tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    import jaxattn.plga._train as T
+
+    monkeypatch.setattr(T, "train", _fake_train())
+    run = tmp_path / "r"
+    assert main(_train_argv(run)) == 0
+    err = capsys.readouterr().err
+    assert (run / "loss_curve.png").stat().st_size > 1000
+    assert "each checkpoint ≈" in err and "(float32 weights + Adam moments)" in err
+    assert "1 checkpoint of 0.0 MB each" in err and "--keep-last K" in err
+    # a blocked figure path: the results stay, the failure is named, the status says so
+    blocked = tmp_path / "b"
+    (blocked / "loss_curve.png").mkdir(parents=True)
+    assert main(_train_argv(blocked)) == 1
+    err = capsys.readouterr().err
+    assert f"figure {blocked / 'loss_curve.png'} not written (" in err
+    assert "results kept" in err and (blocked / "metrics.jsonl").is_file()
+
+
+def test_loss_curve_figure_labels(tmp_path):
+    from jaxattn.plot._training import plot_loss_curve, read_metrics
+
+    recs = [{"step": s, "loss": 5.0 - 0.01 * s, "dag": 0.0} for s in range(1, 301)]
+    recs += [{"step": s, "loss": 9.0, "dag": 0.0} for s in (299, 300)]  # a resume repeats steps
+    recs += [{"step": 100, "val_loss": 4.5}, {"step": 300, "val_loss": 2.5}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs))
+    got = read_metrics(tmp_path)
+    assert [r["loss"] for r in got if r["step"] == 300 and "loss" in r] == [9.0]  # last one wins
+    fig = plot_loss_curve(tmp_path, unigram_entropy=6.3, path=tmp_path / "c.png")
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "optimiser step" and "nats/token" in ax.get_ylabel()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["training loss (per step)", "training loss (mean of 3 steps)",
+                      "validation loss", "unigram entropy 6.300"]  # fmt: skip
+    np.testing.assert_array_equal(ax.lines[2].get_xdata(), [100, 300])
+    assert (tmp_path / "c.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="no training-loss records"):
+        plot_loss_curve([{"step": 1, "val_loss": 2.0}])
+
+
+def test_audit_writes_results_before_figures(tmp_path, capsys):
+    out = tmp_path / "audit"
+    (out / "g_lm_singular_spectra.png").mkdir(parents=True)  # the figure's path is blocked
+    assert main(["plga", "audit", "--g-lm", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"figure {out / 'g_lm_singular_spectra.png'} not written (" in err
+    assert "results kept in" in err
+    report = json.loads((out / "audit.json").read_text())
+    assert np.asarray(report["g_lm"]["numerical_rank"]).ndim == 2
+    assert main(["plga", "audit", "--g-lm", "--out", str(tmp_path / "ok")]) == 0
+    assert (tmp_path / "ok" / "g_lm_singular_spectra.png").stat().st_size > 1000

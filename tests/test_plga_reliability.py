@@ -147,7 +147,7 @@ def test_optimizer_step_k_uses_the_schedule_at_k_minus_1():
     assert sizes[0] == 0.0 and sizes[4] == pytest.approx(1 / (1 + 1e-5), rel=1e-6)
 
 
-# -- training ---------------------------------------------------------------------------------------
+# -- training --------------------------------------------------------------------------------------
 
 
 class Bigram(eqx.Module):
@@ -311,7 +311,9 @@ def test_checkpoint_bf16_round_trip_and_dtype_check(tmp_path):
     step = save_checkpoint(tmp_path, step=3, data_position=0, model=saved, opt_state={})
     like = jax.tree.map(lambda v: jax.ShapeDtypeStruct(v.shape, v.dtype), saved)
     back, _, manifest = load_checkpoint(step, like_model=like)
-    assert back.a.dtype == jnp.bfloat16 and manifest["leaves"]["model.eqx"][0]["dtype"] == "bfloat16"
+    assert (
+        back.a.dtype == jnp.bfloat16 and manifest["leaves"]["model.eqx"][0]["dtype"] == "bfloat16"
+    )
     np.testing.assert_array_equal(np.asarray(back.a).view(np.uint16), np.asarray(x).view(np.uint16))
     assert float(back.b[0]) == float(jnp.bfloat16(1e-40)) != 0.0
     f32 = Pair(a=jnp.zeros(7, jnp.float32), b=jnp.zeros(2, jnp.bfloat16))

@@ -21,14 +21,30 @@ examples:
 Text files are UTF-8; blank lines separate documents. Each document gets EOS appended (no BOS);
 documents are packed into rows of seq_len + 1 tokens. The last --val-fraction of the rows is
 held out and reported as validation loss / perplexity. A checkpoint is written every --ckpt-every
-steps and at the end; a NaN loss stops the run and keeps the checkpoints already written.
+steps and at the end (its size is printed; --keep-last K keeps only the newest K); a NaN loss
+stops the run and keeps the checkpoints already written; Ctrl-C saves a checkpoint and exits
+with status 130. The run directory gets metrics.jsonl and loss_curve.png (loss against step).
+--resume continues from the newest usable checkpoint (a corrupt newest one falls back to the
+previous good step, and says so).
+
+exit status: 0 done; 1 stopped on a non-finite loss, or a figure could not be written (results
+kept); 2 bad input or a refused checkpoint; 130 interrupted (checkpoint saved).
 """
 
 GENERATE_EPILOG = """\
 examples:
   jaxattn plga generate --ckpt runs/tiny --prompt "I was born in" --max-new-tokens 40
+  jaxattn plga generate --ckpt runs/tiny --prompt "I was born in" --cache auto
   jaxattn plga generate --ckpt runs/tiny/step_00000300 --prompt "The school" \\
-      --sampling top_p --top-p 0.9 --temperature 0.8 --cache kv --seed 1
+      --sampling top_p --top-p 0.9 --temperature 0.8 --cache kvg --seed 1
+
+caches: the default, none, recomputes the whole sequence at every step (exact). kv and kvg
+freeze the metric learner's A (and with it A_LM, A_P, G_LM) at the prompt's value: faster, but
+for a model whose deductive outputs have not collapsed the text drifts from the exact one after
+a few tokens. auto measures this on the prompt (the first min(N, 8) greedy tokens, KV+G against
+exact recomputation), prints the measurement, and uses kvg only where every token and every
+logit agree (relative difference <= 1e-4), else none. A run directory means its newest usable
+checkpoint (a corrupt newest step falls back to the previous one, and says so).
 """
 
 
@@ -73,7 +89,14 @@ def _add_train(sub):
     p.add_argument("--ckpt-every", type=int, default=100, help="checkpoint period in steps (100)")
     p.add_argument("--eval-every", type=int, default=100, help="validation period in steps (100)")
     p.add_argument(
-        "--keep", type=int, default=0, help="keep only the newest N checkpoints (0 = all)"
+        "--keep-last",
+        "--keep",
+        dest="keep",
+        type=int,
+        default=0,
+        metavar="K",
+        help="keep only the newest K checkpoints (0 = all; each holds the model and the Adam "
+        "moments: about 12 bytes per parameter)",
     )
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     p.add_argument(
@@ -104,9 +127,11 @@ def _add_generate(sub):
     p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (1.0)")
     p.add_argument(
         "--cache",
-        choices=("none", "kv", "kvg"),
-        default="kvg",
-        help="none: recompute all; kv: KV cache (A frozen from the prompt); kvg: KV + G cache",
+        choices=("none", "auto", "kv", "kvg"),
+        default="none",
+        help="none (default): exact recomputation; kv / kvg: KV (+G) cache, A and G_LM frozen "
+        "from the prompt (approximate unless collapsed); auto: measure on this prompt, use kvg "
+        "only where it agrees with exact",
     )
     p.add_argument("--seed", type=int, default=0, help="PRNG seed for top_p (0)")
     p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
@@ -227,7 +252,15 @@ def run_train(args) -> int:
     )
     model = PLDRLLM(config, key=jax.random.key(args.seed))
     n_params = sum(x.size for x in jax.tree.leaves(model) if hasattr(x, "size"))
-    print(f"model: {args.config} ({n_params:,} parameters)", file=sys.stderr)
+    n_ckpt = _checkpoints_written(tc)
+    print(
+        f"model: {args.config} ({n_params:,} parameters); each checkpoint ≈ "
+        f"{_megabytes(12 * n_params)} (float32 weights + Adam moments), {n_ckpt} checkpoint"
+        f"{'s' if n_ckpt != 1 else ''} over the run"
+        + (f", the newest {tc.keep_checkpoints} kept" if tc.keep_checkpoints else "")
+        + " (--keep-last K keeps K)",
+        file=sys.stderr,
+    )
     out.mkdir(parents=True, exist_ok=True)
     if not (out / "tokenizer.model").exists():
         shutil.copyfile(tokenizer.path, out / "tokenizer.model")
@@ -253,10 +286,16 @@ def run_train(args) -> int:
         )
     except NonFiniteLossError as err:
         print(f"jaxattn plga train: stopped: {err}", file=sys.stderr)
+        _loss_figure(out, data.unigram_entropy)
         return 1
     except _checkpoint.CheckpointError as err:
         print(f"jaxattn plga train: refused checkpoint: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # train() has saved a checkpoint and said so in one line (or nothing had started).
+        if not _checkpoint.checkpoint_dirs(out):
+            print("jaxattn plga train: interrupted before the first step", file=sys.stderr)
+        return 130
     val = ""
     if result.val_history:
         val = f"validation loss {result.val_history[-1][1]:.4f} nats/token "
@@ -265,7 +304,52 @@ def run_train(args) -> int:
         print(f"stopped at step {result.step} of {tc.steps}: {val}continue with --resume")
     else:
         print(f"final: step {result.step}, {val}{result.seconds / 60:.1f} min")
-    return 0
+    print(_run_size(out), file=sys.stderr)
+    return 0 if _loss_figure(out, data.unigram_entropy) else 1
+
+
+def _megabytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"
+
+
+def _checkpoints_written(tc) -> int:
+    """Checkpoints a whole run writes (the periodic ones and the last)."""
+    periodic = (tc.steps - 1) // tc.checkpoint_every if tc.checkpoint_every else 0
+    return periodic + 1
+
+
+def _run_size(out: pathlib.Path) -> str:
+    """One line: the newest checkpoint's size, and the run directory's size and step count."""
+    from ._checkpoint import checkpoint_dirs
+
+    dirs = checkpoint_dirs(out)
+    total = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    newest = sum(f.stat().st_size for f in dirs[-1].iterdir() if f.is_file()) if dirs else 0
+    return (
+        f"run directory {out}: {_megabytes(total)} in all, {len(dirs)} checkpoint"
+        f"{'s' if len(dirs) != 1 else ''} of {_megabytes(newest)} each "
+        "(--keep-last K keeps only the newest K)"
+    )
+
+
+def _loss_figure(out: pathlib.Path, unigram_entropy: float) -> bool:
+    """Draw `out/loss_curve.png` from `out/metrics.jsonl` (written during training, so the
+    results are kept whatever happens here). A figure that cannot be written is reported in one
+    line; returns whether it was written."""
+    target = out / "loss_curve.png"
+    try:
+        from ..plot._training import plot_loss_curve
+
+        plot_loss_curve(out, unigram_entropy=unigram_entropy, path=target)
+    except Exception as err:  # any plotting failure: label it, keep the results
+        print(
+            f"jaxattn plga train: figure {target} not written ({type(err).__name__}: {err}); "
+            f"results kept in {out} (checkpoints, metrics.jsonl)",
+            file=sys.stderr,
+        )
+        return False
+    print(f"wrote {target}", file=sys.stderr)
+    return True
 
 
 # -- generate --------------------------------------------------------------------------------------
@@ -276,11 +360,13 @@ def run_generate(args) -> int:
     import numpy as np
 
     from ._cache import generate
-    from ._checkpoint import load_model, resolve
+    from ._checkpoint import load_model
     from ._data import Tokenizer
 
-    step_dir = resolve(args.ckpt)
-    model, manifest = load_model(step_dir)
+    model, manifest = load_model(args.ckpt)
+    step_dir = pathlib.Path(manifest["path"])
+    if manifest.get("fallback"):
+        print(manifest["fallback"], file=sys.stderr)
     tok_path = args.tokenizer
     if tok_path is None:
         candidate = step_dir.parent / "tokenizer.model"
@@ -294,11 +380,21 @@ def run_generate(args) -> int:
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt is empty after tokenisation")
+    cache = args.cache
+    if cache == "auto":
+        cache, line = choose_cache(model, prompt, max_new_tokens=args.max_new_tokens)
+        print(line, file=sys.stderr)
+    elif cache in ("kv", "kvg"):
+        print(
+            f"cache={cache} freezes A and G_LM from the prompt: an approximation unless the model "
+            "has collapsed (--cache auto measures it on this prompt)",
+            file=sys.stderr,
+        )
     new = generate(
         model,
         np.asarray(prompt, np.int32),
         max_new_tokens=args.max_new_tokens,
-        cache=args.cache,
+        cache=cache,
         sampling=args.sampling,
         top_p=args.top_p,
         temperature=args.temperature,
@@ -312,7 +408,46 @@ def run_generate(args) -> int:
     if args.ids:
         print("ids:", " ".join(map(str, new)))
     print(
-        f"[checkpoint {step_dir} (step {manifest['step']}), {args.sampling}, cache={args.cache}]",
+        f"[checkpoint {step_dir} (step {manifest['step']}), {args.sampling}, cache={cache}"
+        + (" (auto)]" if args.cache == "auto" else "]"),
         file=sys.stderr,
     )
     return 0
+
+
+AUTO_CACHE_RTOL = 1e-4
+"""`--cache auto` uses the KV+G cache only where its logits agree with exact recomputation to this
+relative difference (of the largest |logit|) at every measured step."""
+AUTO_CACHE_TOKENS = 8
+
+
+def choose_cache(model, prompt, *, max_new_tokens: int) -> tuple[str, str]:
+    """`--cache auto`: measure the KV+G cache against exact recomputation on `prompt` (greedy,
+    the first `min(max_new_tokens, 8)` tokens, `cache_fidelity`) and choose `"kvg"` only where
+    every teacher-forced argmax and every free-running token agree and the logits agree to
+    `AUTO_CACHE_RTOL`, else `"none"`.
+
+    **Returns:** `(cache, line)`: the choice and one line stating the measurement."""
+    import numpy as np
+
+    from ._audits import cache_fidelity
+
+    n = max(1, min(int(max_new_tokens), AUTO_CACHE_TOKENS))
+    fid = cache_fidelity(model, np.asarray(prompt, np.int32), max_new_tokens=n, caches=("kvg",))
+    f = fid["kvg"]
+    rel = max(f["rel_dlogit"])
+    exact = f["argmax_agreement"] == 1.0 and f["token_agreement"] == 1.0 and rel <= AUTO_CACHE_RTOL
+    cache = "kvg" if exact else "none"
+    why = (
+        f"agrees (rel |Δlogit| <= {AUTO_CACHE_RTOL:g})"
+        if exact
+        else f"first differs at token {f['first_divergence']}"
+        if f["first_divergence"] < n
+        else f"logits differ beyond rel {AUTO_CACHE_RTOL:g}"
+    )
+    line = (
+        f"cache auto: KV+G vs exact recomputation on this prompt, {n} greedy token"
+        f"{'s' if n != 1 else ''}: max rel |Δlogit| {rel:.1e}, tokens agree "
+        f"{f['token_agreement']:.2f}, {why} -> cache={cache}"
+    )
+    return cache, line

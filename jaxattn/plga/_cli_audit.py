@@ -1,5 +1,8 @@
 """`jaxattn plga audit`: collapse audits of a trained checkpoint or of a stored `G_LM` tensor,
-written as JSON and figures."""
+written as JSON and figures.
+
+The results (`audit.json`) are written before any figure is drawn; a figure that cannot be
+written is named in one line and the command exits with status 1 (results kept)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ def register(plga_subparsers) -> None:
         "check of A_LM, RoPE commutant residual of G_LM, cache fidelity (KV, KV+G vs "
         "recomputation) and non-causality. With --g-lm: the array-only audits of a stored G_LM "
         "(layers, heads, dk, dk), e.g. the shipped PLDR-LLM v51-110M-1 tensor. Writes audit.json "
-        "and figures to --out.",
+        "first, then the figures, to --out (a figure that cannot be written is named, the results "
+        "are kept, exit status 1). A run directory means its newest usable checkpoint (a corrupt "
+        "newest step falls back to the previous one, and says so).",
     )
     p.add_argument("--ckpt", metavar="DIR", help="run directory (latest step) or step directory")
     p.add_argument(
@@ -58,6 +63,31 @@ def register(plga_subparsers) -> None:
     )
     p.add_argument("--no-figures", action="store_true", help="write only audit.json")
     p.set_defaults(run=run_audit)
+
+
+class _Figures:
+    """Figures to draw after the results are written: `add(name, draw)` with `draw(path)`.
+    Falsy when figures are switched off (`--no-figures`)."""
+
+    def __init__(self, out: pathlib.Path, enabled: bool):
+        self.out, self.enabled, self.jobs = out, enabled, []
+
+    def __bool__(self) -> bool:
+        return self.enabled
+
+    def add(self, name: str, draw) -> None:
+        if self.enabled:
+            self.jobs.append((name, draw))
+
+    def draw(self) -> list[str]:
+        """Draw every figure; return one line per figure that could not be written."""
+        failed = []
+        for name, draw in self.jobs:
+            try:
+                draw(self.out / name)
+            except Exception as err:  # any plotting failure: label it, keep the results
+                failed.append(f"figure {self.out / name} not written ({type(err).__name__}: {err})")
+        return failed
 
 
 def _load_g_lm(spec: str):
@@ -157,14 +187,13 @@ def _audit_g_lm(args, out: pathlib.Path, figures: bool) -> dict:
             f"{np.median(ratio[layer]):>12.2e} | {np.median(comm[layer]):>25.3f}"
         )
     if figures:
-        from ..plot._audits import plot_singular_spectra
 
-        plot_singular_spectra(
-            report["singular_values"],
-            rtol=RANK_RTOL,
-            title=f"G_LM: {path.name}",
-            path=out / "g_lm_singular_spectra.png",
-        )
+        def draw_spectra(target, s=np.asarray(report["singular_values"])):
+            from ..plot._audits import plot_singular_spectra
+
+            plot_singular_spectra(s, rtol=RANK_RTOL, title=f"G_LM: {path.name}", path=target)
+
+        figures.add("g_lm_singular_spectra.png", draw_spectra)
     return as_host(report)
 
 
@@ -189,7 +218,9 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
     )
     from ._data import Tokenizer
 
-    step_dir = _checkpoint.resolve(args.ckpt)
+    step_dir, fallback = _checkpoint.usable_checkpoint(args.ckpt)
+    if fallback:
+        print(fallback)
     tok_path = args.tokenizer
     if tok_path is None:
         for cand in (step_dir / "tokenizer.model", step_dir.parent / "tokenizer.model"):
@@ -208,6 +239,7 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
     print(f"checkpoint {step_dir} (step {manifest.get('step')}); prompts: {source}")
     report: dict = {
         "checkpoint": str(step_dir),
+        "fallback": fallback,
         "step": manifest.get("step"),
         "prompts": source,
         "prompt_shape": list(prompts.shape),
@@ -252,6 +284,17 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
             f"A_LM entrywise positive in {np.mean(pf_pos):.2f} of the heads; "
             f"non-causality rel |Δlogit| {report['noncausality']['rel_dlogit']:.2e}"
         )
+        from ._mechanism import mechanism_audits, mechanism_table
+
+        mech = mechanism_audits(model, prompts, rope=args.rope or model.config.rope)
+        report["mechanism"] = {k: a.summary() for k, a in mech.items()}
+        print(mechanism_table(mech))
+        if figures:
+            from ..plot import _mechanism as mplots
+
+            for name in ("twirl", "concentration", "contraction"):
+                draw = getattr(mplots, f"plot_{name}")
+                figures.add(f"{name}.png", lambda target, a=mech[name], f=draw: f(a, path=target))
     n_new = min(int(args.new_tokens), model.config.context_length - prompts.shape[1] // 2 + 1)
     fid = cache_fidelity(model, prompts[0, : max(prompts.shape[1] // 2, 1)], max_new_tokens=n_new)
     report["cache_fidelity"] = fid
@@ -262,30 +305,38 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
             f"{f['argmax_agreement']:.2f}, free-running tokens agree {f['token_agreement']:.2f}"
         )
     if figures:
-        from ..plot._audits import plot_cache_fidelity, plot_order_parameter, plot_singular_spectra
+        from ..plot import _audits as plots
 
-        plot_cache_fidelity(
-            {k: fid[k] for k in ("kv", "kvg")},
-            title=f"cache fidelity, step {manifest.get('step')}",
-            path=out / "cache_fidelity.png",
+        step = manifest.get("step")
+        figures.add(
+            "cache_fidelity.png",
+            lambda target: plots.plot_cache_fidelity(
+                {k: fid[k] for k in ("kv", "kvg")},
+                title=f"cache fidelity, step {step}",
+                path=target,
+            ),
         )
         if model.attention == "plga":
-            plot_singular_spectra(
-                r1.singular_values,
-                rtol=RANK_RTOL,
-                title="A (prompt 0)",
-                path=out / "A_singular_spectra.png",
+            s_A = np.asarray(r1.singular_values)
+            s_G = np.asarray(rank_one_audit(G_mean).singular_values)
+            by_rms = {t: np.asarray(inv.by_rms)[:, :, i] for i, t in enumerate(inv.tensors)}
+            figures.add(
+                "A_singular_spectra.png",
+                lambda target: plots.plot_singular_spectra(
+                    s_A, rtol=RANK_RTOL, title="A (prompt 0)", path=target
+                ),
             )
-            plot_singular_spectra(
-                rank_one_audit(G_mean).singular_values,
-                rtol=RANK_RTOL,
-                title="G_LM (mean over prompts)",
-                path=out / "G_LM_singular_spectra.png",
+            figures.add(
+                "G_LM_singular_spectra.png",
+                lambda target: plots.plot_singular_spectra(
+                    s_G, rtol=RANK_RTOL, title="G_LM (mean over prompts)", path=target
+                ),
             )
-            plot_order_parameter(
-                {t: np.asarray(inv.by_rms)[:, :, i] for i, t in enumerate(inv.tensors)},
-                title="invariance order parameter (by rms)",
-                path=out / "order_parameter.png",
+            figures.add(
+                "order_parameter.png",
+                lambda target: plots.plot_order_parameter(
+                    by_rms, title="invariance order parameter (by rms)", path=target
+                ),
             )
     return report
 
@@ -297,14 +348,17 @@ def run_audit(args) -> int:
         raise ValueError("give --ckpt DIR (a training checkpoint) or --g-lm [FILE] (a G_LM array)")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    figures = not args.no_figures
+    figures = _Figures(out, enabled=not args.no_figures)
     report = {}
     with jax.enable_x64(not args.float32):  # float64 audits without touching the global setting
         if args.g_lm:
             report["g_lm"] = _audit_g_lm(args, out, figures)
         if args.ckpt:
             report["checkpoint"] = _audit_ckpt(args, out, figures)
-    (out / "audit.json").write_text(json.dumps(report))
-    written = sorted(p.name for p in out.iterdir())
+    (out / "audit.json").write_text(json.dumps(report))  # results first, figures after
+    failed = figures.draw()
+    written = sorted(p.name for p in out.iterdir() if p.is_file())
     print(f"wrote {out}/: {', '.join(written)}", file=sys.stderr)
-    return 0
+    for line in failed:
+        print(f"jaxattn plga audit: {line}; results kept in {out / 'audit.json'}", file=sys.stderr)
+    return 1 if failed else 0

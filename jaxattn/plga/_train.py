@@ -631,9 +631,11 @@ def _float32_master(model):
     )
     if narrow:
         model = jax.tree.map(
-            lambda x: x.astype(jnp.float32)
-            if eqx.is_inexact_array(x) and jnp.finfo(x.dtype).bits < 32
-            else x,
+            lambda x: (
+                x.astype(jnp.float32)
+                if eqx.is_inexact_array(x) and jnp.finfo(x.dtype).bits < 32
+                else x
+            ),
             model,
         )
     return model, narrow
