@@ -154,8 +154,13 @@ def learning_rate_schedule(
 ) -> optax.Schedule:
     r"""`η(t) = peak · t / W` for `t ≤ W`, then
     `η(t) = peak · (f + (1 − f) · (1 + cos(π (t − W)/(T − W))) / 2)` up to `t = T` (and `f · peak`
-    after),
-    with `W` = `warmup_steps`, `T` = `total_steps`, `f` = `final_fraction`."""
+    after), with `W` = `warmup_steps`, `T` = `total_steps`, `f` = `final_fraction`.
+
+    `t` counts the updates already applied (optax's count, as torch's `LambdaLR`): update `k`
+    (1-based) uses `η(k − 1)`, so with a warm-up the first update has rate 0 and the last one
+    `η(T − 1)`. A warm-up `W ≥ T` is shortened to `T − 1` (`train` warns). Pinned against this
+    formula at `t = 0, 1, W − 1, W, W + 1`, the middle and the end in
+    `tests/test_plga_reliability.py`."""
     warmup_steps = min(int(warmup_steps), max(int(total_steps) - 1, 0))
     return optax.warmup_cosine_decay_schedule(
         init_value=0.0,
