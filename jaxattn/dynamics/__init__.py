@@ -55,6 +55,21 @@ from ._hamiltonian import (
 from ._hamiltonian import (
     rotation_rate_on_circle as rotation_rate_on_circle,
 )
+from ._lyapunov import (
+    LyapunovSpectrum as LyapunovSpectrum,
+)
+from ._lyapunov import (
+    OttAntonsenFlow as OttAntonsenFlow,
+)
+from ._lyapunov import (
+    chaos_verdict as chaos_verdict,
+)
+from ._lyapunov import (
+    lyapunov_spectrum as lyapunov_spectrum,
+)
+from ._lyapunov import (
+    lyapunov_spectrum_ott_antonsen as lyapunov_spectrum_ott_antonsen,
+)
 from ._ott_antonsen import (
     DiscProjection as DiscProjection,
 )

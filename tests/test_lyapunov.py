@@ -1,0 +1,198 @@
+"""Lyapunov spectra: closed forms on the sphere, Jacobians at sinks, zero exponents on closed
+orbits, vmap against solo runs, the chaos verdict, and the three-token USA chaos candidate."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxattn.dynamics import (
+    RESULTS,
+    AttentionDynamics,
+    LyapunovSpectrum,
+    chaos_verdict,
+    lyapunov_spectrum,
+    lyapunov_spectrum_ott_antonsen,
+)
+from jaxattn.dynamics._circle import tokens_from_angles
+from jaxattn.dynamics._ott_antonsen import _oa_rhs
+
+
+class LinearSphereFlow(eqx.Module):
+    """A user flow: the projective linear flow `dx/dt = P⊥_x(M x)` of one token."""
+
+    M: jax.Array
+
+    def __call__(self, t, x, args):
+        y = x @ self.M.T
+        return y - jnp.sum(x * y, axis=-1, keepdims=True) * x
+
+
+def test_linear_flow_on_the_sphere_matches_the_closed_form():
+    # x(t) = e^{Mt} x0 / |e^{Mt} x0|; its derivative maps v to P⊥ e^{Mt} v / |e^{Mt} x0|, so
+    # for real eigenvalues μ1 > μ2 > … of M and a generic x0 the exponents on S^{d-1} are
+    # μ_j − μ1, j = 2..d (all d − 1 of them with k = d − 1).
+    rng = np.random.default_rng(0)
+    mu = np.array([0.9, 0.5, -0.2, -1.0])
+    S = rng.normal(size=(4, 4))
+    M = S @ np.diag(mu) @ np.linalg.inv(S)
+    x0 = rng.normal(size=(1, 4))
+    sp = lyapunov_spectrum(LinearSphereFlow(jnp.asarray(M)), x0, t1=60.0, k=3, num_renorm=128)
+    want = mu[1:] - mu[0]
+    assert bool(sp.successful)
+    err = np.abs(np.asarray(sp.exponents) - want)
+    # the O(1/T) transient bias is what the stated uncertainty measures
+    assert np.all(err <= 3 * np.asarray(sp.uncertainty) + 1e-6), (sp.exponents, sp.uncertainty)
+    assert np.all(err < 2e-3)
+    # all exponents: their sum is the divergence on the sphere at the sink, Σ_j (μ_j − μ1)
+    assert float(sp.sum) == pytest.approx(want.sum(), abs=5e-3)
+    assert np.all(np.diff(np.asarray(sp.exponents)) < 0)
+    assert sp.history.shape == (128, 3) and np.isnan(sp.history[0]).all()
+    assert not bool(chaos_verdict(sp)[0])
+
+
+I2 = np.eye(2)
+# sink inside the disc (Case 1, sym A negative definite, V = I): complex Jacobian pair;
+# Case-4 closed orbit (v11 = 0.2 < v12 = 1); Case 2 clustering on the circle (V = diag(1, .3)).
+OA_A = np.stack([[[-1.0, 0.8], [-0.3, -0.5]], I2, I2])
+OA_V = np.stack([I2, [[0.2, 1.0], [-1.0, -0.2]], np.diag([1.0, 0.3])])
+OA_R0 = np.array([0.3 + 0.2j, 0.3 + 0.1j, 0.2 - 0.4j])
+OA_T1 = np.array([100.0, 400.0, 100.0])
+
+
+@eqx.filter_jit
+def _oa(A, V, R0, t1):
+    return lyapunov_spectrum_ott_antonsen(A, V, R0, t1=t1, k=2, num_renorm=256)
+
+
+@pytest.fixture(scope="module")
+def oa_solo():
+    return [_oa(OA_A[i], OA_V[i], OA_R0[i], OA_T1[i]) for i in range(3)]
+
+
+@pytest.mark.parametrize("i", [0, 2])
+def test_ott_antonsen_sink_exponents_are_the_jacobian_eigenvalues(oa_solo, i):
+    sp = oa_solo[i]
+    assert bool(sp.successful)
+    y = sp.final
+    args = (jnp.asarray(OA_A[i]), jnp.asarray(OA_V[i]), 1.0)
+    assert float(jnp.max(jnp.abs(_oa_rhs(0.0, y, args)))) < 1e-10  # at the sink
+    J = jax.jacfwd(lambda z: _oa_rhs(0.0, z, args))(y)
+    want = np.sort(np.linalg.eigvals(np.asarray(J)).real)[::-1]
+    err = np.abs(np.asarray(sp.exponents) - want)
+    assert np.all(err <= 3 * np.asarray(sp.uncertainty) + 1e-8), (sp.exponents, want)
+    assert np.all(err < 2e-3)
+    assert not bool(chaos_verdict(sp)[0])
+
+
+def test_case4_closed_orbit_has_zero_exponents_within_uncertainty(oa_solo):
+    sp = oa_solo[1]
+    assert bool(sp.successful)
+    lam, sig = np.asarray(sp.exponents), np.asarray(sp.uncertainty)
+    # both vanish (flow direction, and the shear across the family of closed orbits,
+    # whose finite-time estimate decays like log t / t)
+    assert np.all(np.abs(lam) <= 3 * sig), (lam, sig)
+    assert np.all(sig < 0.02)
+    # the orbit really oscillates (not a sink): the final point is not at rest
+    assert float(jnp.max(jnp.abs(_oa_rhs(0.0, sp.final, (I2, OA_V[1], 1.0))))) > 0.05
+    assert not bool(chaos_verdict(sp)[0])
+
+
+def test_vmap_equals_solo_runs(oa_solo):
+    batch = jax.vmap(_oa)(OA_A, OA_V, OA_R0, OA_T1)
+    for i, solo in enumerate(oa_solo):
+        one = jax.tree.map(lambda a: a[i], batch)
+        np.testing.assert_allclose(one.exponents, solo.exponents, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(one.uncertainty, solo.uncertainty, rtol=1e-7, atol=1e-12)
+        assert int(one.num_steps) == int(solo.num_steps)
+    chaotic, ev = chaos_verdict(batch)
+    assert chaotic.shape == (3,) and ev["margin"].shape == (3,)
+
+
+def test_clustering_without_continuous_symmetry_has_no_positive_exponent():
+    # LSA, d = 2, A = I, V = diag(1, 0.3): two antipodal clusters on the top eigenvector of V
+    # (isolated: no rotation invariance). All exponents are negative and equal the
+    # eigenvalues of the Jacobian of the angle dynamics at the clustered state.
+    field = AttentionDynamics(I2, np.diag([1.0, 0.3]), beta=1.0)
+    theta0 = np.array([0.3, 1.2, 2.0, -2.5])
+    sp = lyapunov_spectrum(field, tokens_from_angles(theta0), t1=120.0, k=2, num_renorm=128)
+    assert bool(sp.successful)
+    lam, sig = np.asarray(sp.exponents), np.asarray(sp.uncertainty)
+    assert lam[0] + 3 * sig[0] < 0, (lam, sig)
+
+    def angular(theta):
+        x = tokens_from_angles(theta)
+        f = field(0.0, x)
+        return -jnp.sin(theta) * f[:, 0] + jnp.cos(theta) * f[:, 1]
+
+    theta_end = jnp.arctan2(sp.final[:, 1], sp.final[:, 0])
+    want = np.sort(np.linalg.eigvals(np.asarray(jax.jacfwd(angular)(theta_end))).real)[::-1]
+    np.testing.assert_allclose(lam, want[:2], atol=max(3 * sig.max(), 1e-6))
+    assert not bool(chaos_verdict(sp)[0])
+
+
+def test_chaos_verdict_rule():
+    def spectrum(lam, sig, ok=True):
+        z = jnp.zeros((16,))
+        return LyapunovSpectrum(
+            exponents=jnp.array([lam, -1.0]),
+            uncertainty=jnp.array([sig, 0.01]),
+            times=z,
+            history=jnp.zeros((16, 2)),
+            local=jnp.zeros((16, 2)),
+            result=RESULTS.successful if ok else RESULTS.max_steps_reached,
+            num_steps=jnp.array(0),
+            num_accepted_steps=jnp.array(0),
+            num_rejected_steps=jnp.array(0),
+            final=jnp.zeros((3, 2)),
+        )
+
+    assert bool(chaos_verdict(spectrum(0.2, 0.01))[0])
+    assert not bool(chaos_verdict(spectrum(0.2, 0.1))[0])  # within 3σ of zero
+    assert not bool(chaos_verdict(spectrum(5e-4, 1e-6))[0])  # below the floor
+    assert not bool(chaos_verdict(spectrum(0.2, 0.01, ok=False))[0])  # failed solve
+    assert not bool(chaos_verdict(spectrum(jnp.nan, jnp.nan))[0])
+    _, ev = chaos_verdict(spectrum(0.2, 0.01))
+    assert float(ev["margin"]) == pytest.approx(0.2 - 0.03)
+
+
+def test_bad_input_is_refused_by_name():
+    field = AttentionDynamics(I2, I2)
+    x0 = tokens_from_angles(jnp.array([0.1, 0.7]))
+    with pytest.raises(ValueError, match="k must be"):
+        lyapunov_spectrum(field, x0, t1=10.0, k=3)  # dim = n (d - 1) = 2
+    with pytest.raises(ValueError, match="num_renorm"):
+        lyapunov_spectrum(field, x0, t1=10.0, num_renorm=4)
+    with pytest.raises(ValueError, match="transient"):
+        lyapunov_spectrum(field, x0, t1=10.0, transient=9.9)
+    with pytest.raises(ValueError, match="t1 > t0"):
+        lyapunov_spectrum(field, x0, t1=-1.0)
+    with pytest.raises(ValueError, match="field must be a flow"):
+        lyapunov_spectrum(lambda t, x, a: x, x0, t1=10.0)
+    with pytest.raises(ValueError, match="R0"):
+        lyapunov_spectrum_ott_antonsen(I2, I2, 1.5, t1=10.0)
+
+
+# The three-token USA chaos candidate (d = 2): A = [[0, 0], [-2, 1]], V = [[0, 1], [-2, 0]].
+CANDIDATE = dict(
+    A=np.array([[0.0, 0.0], [-2.0, 1.0]]), V=np.array([[0.0, 1.0], [-2.0, 0.0]]), beta=1.0
+)
+
+
+@pytest.mark.slow
+def test_chaos_candidate_is_consistent_across_renormalisation_intervals():
+    # Measured properties only (no expected value of λ1): the estimate does not depend on
+    # the renormalisation interval beyond the stated uncertainties, the exponent along the
+    # flow direction vanishes within its uncertainty, and all three exponents sum to a
+    # negative number (a dissipative flow on the 3-torus).
+    field = AttentionDynamics(**CANDIDATE, kernel="usa")
+    x0 = tokens_from_angles(jnp.array([0.4, 2.1, -1.9]))
+    a = lyapunov_spectrum(field, x0, t1=800.0, k=3, num_renorm=400)
+    b = lyapunov_spectrum(field, x0, t1=800.0, k=3, num_renorm=200)
+    assert bool(a.successful) and bool(b.successful)
+    la, sa = np.asarray(a.exponents), np.asarray(a.uncertainty)
+    lb, sb = np.asarray(b.exponents), np.asarray(b.uncertainty)
+    assert np.all(np.abs(la - lb) <= 3 * np.hypot(sa, sb) + 1e-6), (la, sa, lb, sb)
+    assert abs(la[1]) <= 3 * sa[1]
+    assert float(a.sum) < 0
