@@ -24,6 +24,16 @@ from ._cache import prefill as prefill
 from ._collapse import CollapsedPLDRLLM as CollapsedPLDRLLM
 from ._collapse import collapse as collapse
 from ._collapse import collapse_error as collapse_error
+from ._mechanism import ConcentrationAudit as ConcentrationAudit
+from ._mechanism import ContractionAudit as ContractionAudit
+from ._mechanism import TwirlAudit as TwirlAudit
+from ._mechanism import concentration_audit as concentration_audit
+from ._mechanism import contraction_audit as contraction_audit
+from ._mechanism import density_concentration as density_concentration
+from ._mechanism import layer_densities as layer_densities
+from ._mechanism import mechanism_audits as mechanism_audits
+from ._mechanism import row_map_spectral_norm as row_map_spectral_norm
+from ._mechanism import twirl_audit as twirl_audit
 from ._metric_learner import LayerNorm as LayerNorm
 from ._metric_learner import Linear as Linear
 from ._metric_learner import MetricLearner as MetricLearner
@@ -33,6 +43,10 @@ from ._model import CONFIGS as CONFIGS
 from ._model import PLDRLLM as PLDRLLM
 from ._model import DecoderLayer as DecoderLayer
 from ._model import PLDRLLMConfig as PLDRLLMConfig
+from ._operator_flow import TrainedOperator as TrainedOperator
+from ._operator_flow import operator_regimes as operator_regimes
+from ._operator_flow import trained_operator as trained_operator
+from ._operator_flow import trained_operator_flow as trained_operator_flow
 from ._rope import apply_rope as apply_rope
 from ._rope import rope_angles as rope_angles
 from ._weights import from_reference as from_reference

@@ -31,3 +31,8 @@ from ._trajectory import (
 from ._trajectory import (
     save_trajectory_figures as save_trajectory_figures,
 )
+from ._mechanism import plot_concentration as plot_concentration
+from ._mechanism import plot_contraction as plot_contraction
+from ._mechanism import plot_mechanism_over_training as plot_mechanism_over_training
+from ._mechanism import plot_operator_regimes as plot_operator_regimes
+from ._mechanism import plot_twirl as plot_twirl
