@@ -271,7 +271,7 @@ def test_bad_token_shapes_and_values():
         simulate(field, x0.at[3].set(0.0), t1=1.0)
     with pytest.raises(ValueError, match="token 5 has non-finite"):
         simulate(field, x0.at[5, 1].set(jnp.inf), t1=1.0)
-    with pytest.raises(ValueError, match="field must be an AttentionDynamics"):
+    with pytest.raises(ValueError, match="field must be a flow, an equinox Module"):
         simulate(lambda t, x, a: x, x0, t1=1.0)
 
 

@@ -5,6 +5,7 @@ import warnings
 
 import diffrax
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
@@ -149,13 +150,13 @@ class Trajectory(Solution):
     - `ts`: save times, shape `(times,)` (solver time; equals physical time unless the
       USA `score_shift` is nonzero, then `t_physical = ts · exp(−score_shift)`).
     - `xs`: tokens at the save times, shape `(times, n, d)`, unit rows (NaN for a member
-      whose input was rejected).
+      whose input was rejected); the raw states for a flow with `manifold = "euclidean"`.
     - `result`: a `RESULTS` code (`RESULTS.successful` when all went well).
     - `num_steps`, `num_accepted_steps`, `num_rejected_steps`: step statistics.
     - `sphere_deviation`: the drift off the sphere. With projection (default) the largest
       `| |x_k| − 1 |` that any single step produced before it was projected back; without
       projection, the largest `| |x_k(t)| − 1 |` over save times and tokens of the raw
-      numerical solution.
+      numerical solution; NaN for a flow with `manifold = "euclidean"`.
     - `initial_deviation`: `max | |x_k(0)| − 1 |` of the initial tokens as given (they are
       normalised before solving).
     """
@@ -170,11 +171,12 @@ class Trajectory(Solution):
         return self.xs[-1]
 
 
-def check_tokens(x0, d: int | None = None, *, name: str = "x0"):
+def check_tokens(x0, d: int | None = None, *, name: str = "x0", allow_zero: bool = False):
     """Trace-time checks of an initial state; concrete values are checked too.
 
     **Raises:** `ValueError` for a wrong shape, `n = 0`, a wrong `d`, and (for concrete
-    arrays only) non-finite or zero tokens, naming the first offending index.
+    arrays only) non-finite or (unless `allow_zero`) zero tokens, naming the first
+    offending index.
 
     **Returns:** `x0` as an array and the maximal deviation `max | |x_k| − 1 |` if concrete
     (else `None`).
@@ -197,13 +199,101 @@ def check_tokens(x0, d: int | None = None, *, name: str = "x0"):
             k = int(np.argmin(finite))
             raise ValueError(f"{name}: token {k} has non-finite entries {xn[k].tolist()[:6]}.")
         norms = np.linalg.norm(xn, axis=1)
-        if np.any(norms == 0):
+        if not allow_zero and np.any(norms == 0):
             k = int(np.argmax(norms == 0))
             raise ValueError(
                 f"{name}: token {k} is the zero vector; it has no place on the sphere."
             )
         deviation = float(np.max(np.abs(norms - 1)))
     return x0, deviation
+
+
+class _Guarded(eqx.Module):
+    """A flow whose velocity is replaced by zero for a rejected member (so that a batch
+    member with bad input costs nothing and cannot poison the batch)."""
+
+    field: eqx.Module
+    off: Bool[Array, ""]
+
+    def __call__(self, t, x, args):
+        f = self.field(t, x, args)
+        return jnp.where(self.off, jnp.zeros_like(f), f)
+
+
+def flow_manifold(field) -> str:
+    """The state manifold of a flow: its `manifold` member, `"sphere"` when absent.
+
+    **Raises:** `ValueError` naming the flow if the member is neither `"sphere"` nor
+    `"euclidean"`.
+    """
+    manifold = getattr(field, "manifold", "sphere")
+    if manifold not in ("sphere", "euclidean"):
+        raise ValueError(
+            f"flow {type(field).__name__}: manifold must be 'sphere' or 'euclidean', got "
+            f"{manifold!r}."
+        )
+    return manifold
+
+
+def check_flow(where: str, field, x0, t0, manifold: str) -> None:
+    """Cheap checks of a flow at the initial tokens, before solving.
+
+    Always (trace time): `field(t0, x0, None)` can be traced by JAX and returns a floating
+    array of the shape of `x0`. When `x0` and the flow's arrays are concrete, the flow is
+    evaluated once: its velocity must be finite, and for a sphere flow tangent at the
+    normalised tokens, `|<x̂_k, f_k>| ≤ √eps (1 + |f_k|)`.
+
+    **Raises:** `ValueError` naming the flow (its class) and the problem.
+    """
+    name = type(field).__name__
+    if not isinstance(field, eqx.Module) or not callable(field):
+        raise ValueError(
+            f"{where}: field must be a flow, an equinox Module with __call__(t, x, args) -> "
+            f"dx/dt, got {name}."
+        )
+    x_eval = normalise(x0) if manifold == "sphere" else x0
+    try:
+        out = eqx.filter_eval_shape(field, t0, x_eval, None)
+    except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(
+            f"{where}: the flow {name} cannot be traced by JAX (its __call__ must be jittable: "
+            f"no Python control flow on values, no NumPy conversion of its inputs): {first}"
+        ) from err
+    shape = getattr(out, "shape", None)
+    if shape != x0.shape or not jnp.issubdtype(getattr(out, "dtype", jnp.int32), jnp.floating):
+        got = f"shape {shape}, dtype {getattr(out, 'dtype', None)}" if shape is not None else (
+            type(out).__name__
+        )
+        raise ValueError(
+            f"{where}: the flow {name} must return dx/dt of the tokens' shape {x0.shape} "
+            f"(floating), got {got}."
+        )
+    concrete = _is_concrete(x0) and all(
+        _is_concrete(leaf) for leaf in jax.tree.leaves(eqx.filter(field, eqx.is_array))
+    )
+    if not concrete:
+        return
+    f = np.asarray(field(t0, x_eval, None))
+    finite = np.all(np.isfinite(f), axis=1)
+    if not finite.all():
+        k = int(np.argmin(finite))
+        raise ValueError(
+            f"{where}: the flow {name} returned non-finite values (NaN or inf) at the initial "
+            f"tokens (first at token {k})."
+        )
+    if manifold == "sphere":
+        xn = np.asarray(x_eval)
+        radial = np.abs(np.sum(xn * f, axis=1))
+        tol = float(np.sqrt(np.finfo(f.dtype).eps)) * (1 + np.linalg.norm(f, axis=1))
+        if np.any(radial > tol):
+            k = int(np.argmax(radial - tol))
+            raise ValueError(
+                f"{where}: the flow {name} leaves the tangent space of the sphere: "
+                f"<x_k, dx_k/dt> = {float(np.sum(xn[k] * f[k])):.3g} at token {k} (a sphere "
+                f"flow must return tangent vectors, e.g. P⊥_x v = v - <x, v> x; a flow whose "
+                f"token norms evolve declares manifold = 'euclidean')."
+            )
 
 
 def _usa_log_limit(dtype) -> float:
@@ -216,14 +306,14 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     dtype = x0.dtype
     n = x0.shape[0]
     norms = safe_norm(x0)
-    bad_input = ~(
-        jnp.all(jnp.isfinite(x0))
-        & jnp.all(jnp.isfinite(field.A))
-        & jnp.all(jnp.isfinite(field.V))
-        & jnp.isfinite(field.beta)
-    )
-    zero_token = jnp.any(norms == 0)
-    if field.kernel == "usa":
+    sphere = flow_manifold(field) == "sphere"
+    builtin = isinstance(field, AttentionDynamics)
+    bad_input = jnp.all(jnp.isfinite(x0))
+    for leaf in jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array)):
+        bad_input = bad_input & jnp.all(jnp.isfinite(leaf))
+    bad_input = ~bad_input
+    zero_token = jnp.any(norms == 0) if sphere else jnp.array(False)
+    if builtin and field.kernel == "usa":
         A_safe = jnp.where(jnp.isfinite(field.A), field.A, 0)
         V_safe = jnp.where(jnp.isfinite(field.V), field.V, 0)
         log_bound = (
@@ -238,16 +328,21 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     # A rejected member is solved with a harmless stand-in (zero field, unit tokens) so it
     # costs nothing, and its outputs are NaN: it cannot slow down or poison a batch.
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
-    x_start = jnp.where(invalid, e1, normalise(jnp.where(jnp.isfinite(x0), x0, 0)))
-    field_run = eqx.tree_at(
-        lambda f: (f.A, f.V, f.beta),
-        field,
-        (
-            jnp.where(invalid, 0, field.A),
-            jnp.where(invalid, 0, field.V),
-            jnp.where(invalid, 0, field.beta),
-        ),
-    )
+    x_finite = jnp.where(jnp.isfinite(x0), x0, 0)
+    x_start = jnp.where(invalid, e1, normalise(x_finite) if sphere else x_finite)
+    if builtin:
+        field_run = eqx.tree_at(
+            lambda f: (f.A, f.V, f.beta),
+            field,
+            (
+                jnp.where(invalid, 0, field.A),
+                jnp.where(invalid, 0, field.V),
+                jnp.where(invalid, 0, field.beta),
+            ),
+        )
+    else:
+        field_run = _Guarded(field, invalid)
+    project = project and sphere
     run_solver = SphereProjection(solver) if project else solver
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field_run),
@@ -265,9 +360,11 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     ys = sol.ys
     if project:
         deviation = sol.solver_state[1]
-    else:
+    elif sphere:
         deviation = jnp.max(jnp.abs(safe_norm(ys) - 1))
-    xs = normalise(ys)
+    else:  # the token norms are part of the state: no drift to report
+        deviation = jnp.asarray(jnp.nan, dtype)
+    xs = normalise(ys) if sphere else ys
     result = RESULTS.promote(sol.result)
     result = RESULTS.where(overflow, RESULTS.usa_overflow, result)
     result = RESULTS.where(zero_token, RESULTS.zero_token, result)
@@ -327,7 +424,7 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
 
 
 def simulate(
-    field: AttentionDynamics,
+    field: eqx.Module,
     x0: Float[Array, "n d"],
     *,
     t1: float,
@@ -343,7 +440,9 @@ def simulate(
     project: bool = True,
     throw: bool = True,
 ) -> Trajectory:
-    r"""Solve the attention flow `dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j)` from `x0`.
+    r"""Solve the attention flow `dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j)` from `x0`, or
+    any flow of the flow protocol (see `jaxattn.dynamics.AttentionDynamics`' module: an
+    `eqx.Module` with `__call__(t, x, args) -> dx/dt` and an optional `manifold`).
 
     The tokens are kept on S^{d-1}: the field is evaluated at `x/|x|` (so `|x_k|` is an
     exact invariant of the continuous flow) and, with `project=True`, every step is mapped
@@ -353,12 +452,19 @@ def simulate(
     Initial tokens off the sphere are normalised (with a `UserWarning` when concrete and
     off by more than `1e-6`); the deviation is kept in `Trajectory.initial_deviation`.
 
+    A flow with `manifold = "euclidean"` (e.g. `normalisation="pre_ln"`) is integrated
+    as given: `x0` is not normalised, no step is projected, `Trajectory.xs` holds the raw
+    states and `sphere_deviation` is NaN. Before solving, a flow other than
+    `AttentionDynamics` is checked once at `x0` (`check_flow`: traceable, right shape,
+    finite, tangent to the sphere for a sphere flow).
+
     Differentiable in `field.A`, `field.V`, `field.beta` and `x0` (through `adjoint`,
     default `RecursiveCheckpointAdjoint`), jit-able and vmappable over all of them.
 
     **Arguments:**
 
-    - `field`: an `AttentionDynamics` (any kernel, any `d ≥ 2`).
+    - `field`: an `AttentionDynamics` (any kernel, any `d ≥ 2`) or any flow (`MultiHeadDynamics`,
+      `TimeVaryingDynamics`, `PLGAFlow`, a user's module).
     - `x0`: initial tokens, shape `(n, d)`, `n ≥ 1`, float32 or float64.
     - `t1`, `t0`: end and start time.
     - `ts`: save times, shape `(times,)`, inside `[t0, t1]`; default `num_save` equally
@@ -374,30 +480,37 @@ def simulate(
     **Raises:** `ValueError` for wrong shapes, `n = 0`, non-finite or zero initial tokens
     (the index is named), non-finite `t0`/`t1` or `t1 ≤ t0`, `ts` outside `[t0, t1]`,
     non-positive `rtol`/`atol`, non-finite `A`, `V`, `beta`, or a USA field whose weights would
-    overflow. With `throw=True` and traced inputs, these and solver failures (e.g.
+    overflow; for a flow that is not a module, cannot be traced, returns the wrong shape,
+    non-finite values or (on the sphere) non-tangent vectors at `x0` (the flow is named).
+    With `throw=True` and traced inputs, these and solver failures (e.g.
     `max_steps` reached) raise an `EquinoxRuntimeError` naming the `RESULTS` code.
 
     Source: Li et al. (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eq. (1.1).
     """
-    if not isinstance(field, AttentionDynamics):
-        raise ValueError(f"field must be an AttentionDynamics, got {type(field).__name__}.")
-    x0, deviation = check_tokens(x0, field.d)
-    if deviation is not None and deviation > 1e-6:
+    if not isinstance(field, eqx.Module) or not callable(field):
+        raise ValueError(
+            "simulate: field must be a flow, an equinox Module with __call__(t, x, args) -> "
+            f"dx/dt, got {type(field).__name__}."
+        )
+    manifold = flow_manifold(field)
+    builtin = isinstance(field, AttentionDynamics)
+    d = field.d if isinstance(getattr(field, "d", None), int) else None
+    x0, deviation = check_tokens(x0, d, allow_zero=manifold == "euclidean" and not builtin)
+    if manifold == "sphere" and deviation is not None and deviation > 1e-6:
         warnings.warn(
             f"simulate: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
             f"{deviation:.3g}); they were normalised before solving.",
             UserWarning,
             stacklevel=2,
         )
-    dtype = jnp.result_type(x0.dtype, field.A.dtype)
+    float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
+    dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))
     x0 = x0.astype(dtype)
-    if field.A.dtype != dtype:
-        field = eqx.tree_at(
-            lambda f: (f.A, f.V, f.beta, f.score_shift),
-            field,
-            (f.astype(dtype) for f in (field.A, field.V, field.beta, field.score_shift)),
-        )
-    if field.kernel == "usa" and _is_concrete(field.A) and _is_concrete(field.beta):
+    if any(leaf.dtype != dtype for leaf in float_leaves):
+        field = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, field)
+    if not builtin:
+        check_flow("simulate", field, x0, jnp.asarray(t0, dtype), manifold)
+    if builtin and field.kernel == "usa" and _is_concrete(field.A) and _is_concrete(field.beta):
         log_bound = (
             float(abs(field.beta)) * float(np.linalg.norm(np.asarray(field.A), 2))
             - float(field.score_shift)

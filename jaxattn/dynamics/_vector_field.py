@@ -1,4 +1,23 @@
-"""The attention particle flow on the sphere: LSA, USA and SA kernels."""
+"""The attention particle flow on the sphere: LSA, USA and SA kernels, causal masking and
+the normalisation schemes (Post-LN, Pre-LN, nGPT).
+
+**The flow protocol.** A *flow* is an `equinox.Module` with `__call__(t, x, args) -> dx/dt`
+acting on tokens `x` of shape `(n, d)` and returning an array of the same shape. Its array
+leaves are its parameters (what `jax.grad` differentiates and a sweep batches: a batch of
+flows is the same module with a leading batch axis on those leaves, vmapped with
+`eqx.filter_vmap`); its configuration (kernel, flags) lives in static fields. Two optional
+members are read by `simulate` and the sweeps when present:
+
+- `manifold`: `"sphere"` (the default when absent) — the tokens live on S^{d-1}, the field
+  must be tangent there (`<x_k, f_k> = 0` at unit `x_k`), `simulate` normalises `x0` and
+  maps every step back onto the sphere; or `"euclidean"` — the state is the raw residual
+  stream in R^d (e.g. Pre-LN, where the token norms evolve): no normalisation, no projection.
+- `natural_rate(x0) -> scalar`: a bound of the speed `|dx/dt|` near `x0`, used to integrate
+  in the flow's own time `s = r t` (the sweep runs `f(s/r, x)/r`); default 1.
+
+`AttentionDynamics` below, `MultiHeadDynamics`, `TimeVaryingDynamics` and `PLGAFlow` all
+follow it; a user flow of ten lines does too (see `tests/test_families.py`).
+"""
 
 from typing import Literal
 
@@ -8,11 +27,111 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._custom_types import Matrix, Tokens
-from ..sphere import normalise, project_tangent
+from ..sphere import normalise, project_tangent, safe_norm
 
-__all__ = ["AttentionDynamics", "KERNELS"]
+__all__ = [
+    "AttentionDynamics",
+    "KERNELS",
+    "NORMALISATIONS",
+    "attention_drive",
+    "normalised_field",
+    "kernel_rate",
+]
 
 KERNELS = ("lsa", "usa", "sa")
+NORMALISATIONS = ("post_ln", "pre_ln", "ngpt")
+
+
+def attention_drive(
+    xh: Tokens,
+    A: Matrix,
+    V: Matrix,
+    beta,
+    kernel: str,
+    *,
+    causal: bool = False,
+    score_shift=0.0,
+) -> Tokens:
+    r"""The un-projected attention mean field at unit tokens `xh`, shape `(n, d)`:
+
+    `drive_k = (1/N_k) Σ_{j ∈ J_k} w_kj V x_j`, with `J_k = {1..n}`, `N_k = n` (full
+    attention) or `J_k = {1..k}`, `N_k = k` (causal mask: token k attends to j ≤ k).
+
+    Weights: LSA `w_kj = β<x_k, A x_j>` (evaluated through the moment `M = Σ_j x_j x_jᵀ`,
+    or its prefix sums `M_k` when causal: O(n d²)); USA `w_kj = exp(β<x_k, A x_j> − shift)`
+    (row maximum factored out); SA `w_kj = N_k softmax_{j ∈ J_k}(β<x_k, A x_j>)`.
+
+    Source: Geshkovski et al., arXiv 2312.10794, eqs. (1.1)–(1.3); causal masking:
+    Karagodin, Polyanskiy, Rigollet, *Clustering in causal attention masking*,
+    arXiv 2411.04990, eq. (1.2) (softmax; LSA/USA are masked the same way, with the mean
+    over the visible prefix).
+    """
+    n = xh.shape[0]
+    if kernel == "lsa":
+        xa = xh @ A
+        if causal:
+            prefix = jnp.cumsum(xh[:, :, None] * xh[:, None, :], axis=0)  # M_k, (n, d, d)
+            count = jnp.arange(1, n + 1, dtype=xh.dtype)[:, None]
+            return (beta / count) * (jnp.einsum("kd,kde->ke", xa, prefix) @ V.T)
+        moment = xh.T @ xh
+        return (beta / n) * (xh @ (A @ moment @ V.T))
+    s = beta * (xh @ A) @ xh.T
+    vx = xh @ V.T
+    if causal:
+        allowed = jnp.tril(jnp.ones((n, n), bool))
+        s = jnp.where(allowed, s, -jnp.inf)
+    m = jnp.max(s, axis=1, keepdims=True)
+    w = jnp.exp(s - m)  # masked entries are exp(-inf) = 0
+    if kernel == "sa":
+        return (w @ vx) / jnp.sum(w, axis=1, keepdims=True)
+    count = jnp.arange(1, n + 1, dtype=xh.dtype)[:, None] if causal else n
+    return jnp.exp(m - score_shift) * (w @ vx) / count
+
+
+def normalised_field(xh: Tokens, drive: Tokens, normalisation: str) -> Tokens:
+    r"""The velocity of the residual stream for a normalisation scheme, given the attention
+    output `drive` read at the unit tokens `xh` (Karagodin, Ge, Polyanskiy, Rigollet,
+    *Normalization in attention dynamics*, arXiv 2510.22026, eq. (NA) with the speed
+    factors `s_k` of its Table 2; written here as the field of the state `x_k = r_k θ_k`):
+
+    - `"post_ln"` (`s_k = 1`): `dx_k/dt = P⊥_{θ_k} drive_k` — the flow on the sphere;
+    - `"pre_ln"` (`s_k = r_k`): `dx_k/dt = drive_k` — the unnormalised residual stream
+      whose attention reads `θ_k = x_k/|x_k|`, so that `dθ_k/dt = P⊥_{θ_k} drive_k / r_k`
+      and `dr_k/dt = <θ_k, drive_k>` (the radius evolves: state manifold R^d);
+    - `"ngpt"` (`s_k = |drive_k|/α`, `α = 1`): `dx_k/dt = P⊥_{θ_k} drive_k / |drive_k|` —
+      normalised updates of unit speed at most (a zero drive gives zero velocity).
+    """
+    if normalisation == "pre_ln":
+        return drive
+    tangent = project_tangent(xh, drive)
+    if normalisation == "ngpt":
+        norm = safe_norm(drive, keepdims=True)
+        return tangent / jnp.where(norm > 0, norm, 1)
+    return tangent
+
+
+def kernel_rate(A, V, beta, kernel: str, score_shift=0.0, x0=None):
+    r"""The natural rate of one head: a bound of the drive's norm.
+
+    LSA `|β| ‖A‖₂ ‖V‖₂`; SA `‖V‖₂`; USA `‖V‖₂ · max_k (1/n) Σ_j exp(β<x_k, A x_j> − shift)`
+    at the unit tokens `x0` when given (the sweep's rule: the bound `‖V‖ e^{β‖A‖}`
+    overstates typical speeds by orders of magnitude), else `‖V‖₂ exp(|β| ‖A‖₂ − shift)`.
+    Non-finite or zero rates are replaced by 1.
+    """
+    A = jnp.where(jnp.isfinite(A), A, 0)
+    V = jnp.where(jnp.isfinite(V), V, 0)
+    nV = jnp.linalg.norm(V, ord=2)
+    if kernel == "lsa":
+        r = jnp.abs(beta) * jnp.linalg.norm(A, ord=2) * nV
+    elif kernel == "sa":
+        r = nV
+    elif x0 is None:
+        r = nV * jnp.exp(jnp.abs(beta) * jnp.linalg.norm(A, ord=2) - score_shift)
+    else:
+        xh = normalise(jnp.where(jnp.isfinite(x0), x0, 0))
+        s = beta * (xh @ A) @ xh.T
+        r = nV * jnp.max(jnp.mean(jnp.exp(s - score_shift), axis=1))
+    return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0)
 
 
 def _is_concrete(x) -> bool:
@@ -53,11 +172,21 @@ class AttentionDynamics(eqx.Module):
     - `beta`: inverse temperature β > 0 (a scalar; differentiable).
     - `kernel`: one of `"lsa"`, `"usa"`, `"sa"`.
     - `score_shift`: USA only, the constant subtracted from every score (time rescaling).
+    - `causal`: mask the attention so that token `k` attends to `j ≤ k` only (the mean is
+      then over the visible prefix, `1/k` instead of `1/n`; LSA stays O(n d²) through the
+      prefix moments). Karagodin, Polyanskiy, Rigollet, arXiv 2411.04990, eq. (1.2).
+    - `normalisation`: `"post_ln"` (default, the flow on the sphere above), `"pre_ln"`
+      (`dx_k/dt = drive_k(x/|x|)`, the unnormalised residual stream; the token norms
+      evolve and the state manifold is R^d) or `"ngpt"` (`dx_k/dt = P⊥ drive_k/|drive_k|`),
+      following arXiv 2510.22026, eq. (NA) and Table 2; see `normalised_field`.
 
     `__call__(t, x, args)` takes tokens `x` of shape `(n, d)` and returns `dx/dt`, same shape.
+    `manifold` is `"euclidean"` for Pre-LN and `"sphere"` otherwise (the flow protocol, see
+    the module docstring); `natural_rate(x0)` bounds the speed.
 
     **Raises:** `ValueError` if `A` or `V` is not square `(d, d)` with `d ≥ 2`, if their
-    sizes differ, if the kernel is unknown, or if concrete `A`, `V`, `beta` are not finite.
+    sizes differ, if the kernel or normalisation is unknown, or if concrete `A`, `V`, `beta`
+    are not finite.
 
     Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
     Transformers* (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eqs. (1.1)–(1.3).
@@ -68,8 +197,20 @@ class AttentionDynamics(eqx.Module):
     beta: Float[Array, ""]
     score_shift: Float[Array, ""]
     kernel: Literal["lsa", "usa", "sa"] = eqx.field(static=True)
+    causal: bool = eqx.field(static=True)
+    normalisation: Literal["post_ln", "pre_ln", "ngpt"] = eqx.field(static=True)
 
-    def __init__(self, A, V, *, beta=1.0, kernel: str = "lsa", score_shift=0.0):
+    def __init__(
+        self,
+        A,
+        V,
+        *,
+        beta=1.0,
+        kernel: str = "lsa",
+        score_shift=0.0,
+        causal: bool = False,
+        normalisation: str = "post_ln",
+    ):
         A = jnp.asarray(A)
         V = jnp.asarray(V)
         dtype = jnp.result_type(A, V, float)
@@ -78,11 +219,18 @@ class AttentionDynamics(eqx.Module):
         self.beta = jnp.asarray(beta, dtype=dtype)
         self.score_shift = jnp.asarray(score_shift, dtype=dtype)
         self.kernel = kernel
+        self.causal = bool(causal)
+        self.normalisation = normalisation
 
     def __check_init__(self):
         if self.kernel not in KERNELS:
             raise ValueError(
                 f"AttentionDynamics: kernel must be one of {KERNELS}, got {self.kernel!r}."
+            )
+        if self.normalisation not in NORMALISATIONS:
+            raise ValueError(
+                f"AttentionDynamics: normalisation must be one of {NORMALISATIONS}, got "
+                f"{self.normalisation!r}."
             )
         for name, m in (("A", self.A), ("V", self.V)):
             if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] < 2:
@@ -107,44 +255,60 @@ class AttentionDynamics(eqx.Module):
     def d(self) -> int:
         return self.A.shape[0]
 
+    @property
+    def manifold(self) -> str:
+        """`"euclidean"` for Pre-LN (the token norms evolve), else `"sphere"`."""
+        return "euclidean" if self.normalisation == "pre_ln" else "sphere"
+
+    def natural_rate(self, x0: Tokens | None = None) -> Float[Array, ""]:
+        """A bound of the speed (see `kernel_rate`; 1 for nGPT, whose speed is at most 1)."""
+        if self.normalisation == "ngpt":
+            return jnp.ones((), self.A.dtype)
+        return kernel_rate(self.A, self.V, self.beta, self.kernel, self.score_shift, x0)
+
     def scores(self, x: Tokens) -> Float[Array, "n n"]:
         """Scores `s_kj = β <x_k, A x_j>` at the normalised tokens, shape `(n, n)`."""
         xh = normalise(x)
         return self.beta * (xh @ self.A) @ xh.T
 
     def drive(self, x: Tokens) -> Tokens:
-        """The un-projected mean field `(1/n) Σ_j w_kj V x_j` at `x/|x|`, shape `(n, d)`."""
-        xh = normalise(x)
-        n = xh.shape[0]
-        if self.kernel == "lsa":
-            moment = xh.T @ xh
-            return (self.beta / n) * (xh @ (self.A @ moment @ self.V.T))
-        s = self.beta * (xh @ self.A) @ xh.T
-        m = jnp.max(s, axis=1, keepdims=True)
-        w = jnp.exp(s - m)
-        vx = xh @ self.V.T
-        if self.kernel == "sa":
-            return (w @ vx) / jnp.sum(w, axis=1, keepdims=True)
-        return jnp.exp(m - self.score_shift) * (w @ vx) / n
+        """The un-projected mean field `(1/n) Σ_j w_kj V x_j` at `x/|x|` (the sum over
+        `j ≤ k` divided by `k` when causal), shape `(n, d)`."""
+        return attention_drive(
+            normalise(x),
+            self.A,
+            self.V,
+            self.beta,
+            self.kernel,
+            causal=self.causal,
+            score_shift=self.score_shift,
+        )
 
     def __call__(self, t, x: Tokens, args=None) -> Tokens:
         del t, args
-        return project_tangent(normalise(x), self.drive(x))
+        return normalised_field(normalise(x), self.drive(x), self.normalisation)
 
     def direct_sum(self, x: Tokens) -> Tokens:
         """Reference O(n² d) evaluation of the field (pairwise weights), for checks."""
         xh = normalise(x)
         n = xh.shape[0]
         s = self.beta * (xh @ self.A) @ xh.T
+        if self.causal:
+            allowed = np.tril(np.ones((n, n), bool))
+            count = jnp.arange(1, n + 1, dtype=xh.dtype)[:, None]
+        else:
+            allowed = np.ones((n, n), bool)
+            count = n
         if self.kernel == "lsa":
             w = s
         elif self.kernel == "usa":
             w = jnp.exp(s - self.score_shift)
         else:
-            e = jnp.exp(s - jnp.max(s, axis=1, keepdims=True))
-            w = n * e / jnp.sum(e, axis=1, keepdims=True)
-        drive = jnp.einsum("kj,jd->kd", w, xh @ self.V.T) / n
-        return project_tangent(xh, drive)
+            e = jnp.where(allowed, jnp.exp(s - jnp.max(s, axis=1, keepdims=True)), 0)
+            w = count * e / jnp.sum(e, axis=1, keepdims=True)
+        w = jnp.where(allowed, w, 0)
+        drive = jnp.einsum("kj,jd->kd", w, xh @ self.V.T) / count
+        return normalised_field(xh, drive, self.normalisation)
 
     def score_bound(self) -> Float[Array, ""]:
         """Upper bound `β σ_max(A)` of every score on the sphere (|<x, A y>| ≤ σ_max(A))."""
