@@ -60,6 +60,7 @@ def plot_loss_curve(
     **Raises:** `ValueError` if there is no training-loss record.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     records = read_metrics(metrics) if isinstance(metrics, (str, os.PathLike)) else list(metrics)
     train = sorted((int(r["step"]), float(r["loss"])) for r in records if "loss" in r)
@@ -69,8 +70,9 @@ def plot_loss_curve(
     steps, loss = np.array(train, dtype=np.float64).T
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.add_subplot()
-    ax.plot(steps, loss, color="C0", lw=0.6, alpha=0.45, label="training loss (per step)")
     window = max(len(loss) // 100, 1)
+    faint = dict(lw=0.6, alpha=0.45) if window > 1 else dict(lw=1.2)
+    ax.plot(steps, loss, color="C0", label="training loss (per step)", **faint)
     if window > 1:
         mean = np.convolve(loss, np.ones(window) / window, mode="valid")
         ax.plot(steps[window - 1 :], mean, color="C0", lw=1.6,
@@ -84,9 +86,13 @@ def plot_loss_curve(
     ax.set_xlabel("optimiser step")
     dag = any(float(r.get("dag", 0.0)) != 0.0 for r in records)
     ax.set_ylabel("loss, cross-entropy + DAG (nats/token)" if dag else "cross-entropy (nats/token)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="upper right")
-    ax.set_title(title or f"loss curve: {len(train)} steps, {len(val)} validations")
+    ax.legend(fontsize=8, loc="best")  # the place that hides the fewest points
+    plural = lambda n, word: f"{n} {word}{'s' if n != 1 else ''}"  # noqa: E731
+    ax.set_title(
+        title or f"loss curve: {plural(len(train), 'step')}, {plural(len(val), 'validation')}"
+    )
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
