@@ -146,17 +146,18 @@ def test_heads_sum_with_output_maps(getkey, kernel):
     x = _mats(getkey(), (7, d))
     xh = x / jnp.linalg.norm(x, axis=-1, keepdims=True)
     # W_o^{(h)} drive_h is the drive of the head with value map W_o^{(h)} V_h (linear in V)
-    heads = [
-        jd.AttentionDynamics(A[h], W[h] @ V[h], beta=beta[h], kernel=kernel) for h in range(H)
-    ]
+    heads = [jd.AttentionDynamics(A[h], W[h] @ V[h], beta=beta[h], kernel=kernel) for h in range(H)]
     expected = project_tangent(xh, sum(f.drive(x) for f in heads))
     multi = jd.MultiHeadDynamics(A, V, beta=beta, kernel=kernel, W_o=W)
     assert float(jnp.max(jnp.abs(multi(0.0, x) - expected))) < 1e-12
     # one output map for the sum
     W1 = W[0]
     expected = project_tangent(
-        xh, sum(jd.AttentionDynamics(A[h], V[h], beta=beta[h], kernel=kernel).drive(x)
-                for h in range(H)) @ W1.T
+        xh,
+        sum(
+            jd.AttentionDynamics(A[h], V[h], beta=beta[h], kernel=kernel).drive(x) for h in range(H)
+        )
+        @ W1.T,
     )
     multi = jd.MultiHeadDynamics(A, V, beta=beta, kernel=kernel, W_o=W1)
     assert float(jnp.max(jnp.abs(multi(0.0, x) - expected))) < 1e-12
@@ -329,9 +330,7 @@ def test_plga_flow_generator_is_the_layers_G_LM(getkey):
 def test_plga_flow_identity_output_is_the_sa_flow(getkey):
     # the layer's energy curvature forced to the identity (a = 0, b_a = I): the SA flow
     layer = _layer(getkey(), heads=1)
-    layer = eqx.tree_at(
-        lambda m: (m.a, m.b_a), layer, (jnp.zeros_like(layer.a), jnp.eye(4)[None])
-    )
+    layer = eqx.tree_at(lambda m: (m.a, m.b_a), layer, (jnp.zeros_like(layer.a), jnp.eye(4)[None]))
     flow = jd.PLGAFlow.from_layer(layer, beta=1.3)
     x = _mats(getkey(), (6, 4))
     sa = jd.AttentionDynamics(jnp.eye(4), jnp.eye(4), beta=1.3, kernel="sa")
@@ -366,3 +365,45 @@ def test_plga_flow_runs_through_simulate(getkey):
         jd.PLGAFlow.from_layer(
             PowerLawGraphAttention(8, 1, 4, 8, 1, 1, attention="sdpa", key=getkey())
         )
+
+
+# ------------------------------------------------------------------------ notebook 03
+
+
+@pytest.mark.slow
+def test_flow_families_notebook_runs_in_quick_mode(tmp_path, monkeypatch):
+    import json
+    import os
+    import pathlib
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("JAXATTN_QUICK", "1")
+    monkeypatch.setenv("JAXATTN_OUT", str(tmp_path))
+    monkeypatch.delenv("MPLBACKEND", raising=False)  # the notebook draws inline
+    path = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "03_flow_families.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["quick"] is True
+    assert res["frame_error"] < 1e-5  # user flow = rotated built-in flow (solver tolerance)
+    assert res["single_regime"] == "rotating"
+    assert res["map_agreement"] >= 0.75 and res["map_failed"] == 0
+    norm = res["normalisation"]
+    assert norm["post_ln"]["law"] == "exponential" and norm["pre_ln"]["law"] == "algebraic"
+    assert abs(norm["post_ln"]["exp_rate"] - 2) < 0.05  # V(t) ~ e^{-2t} near consensus
+    assert res["causal"]["first_token_moved"] < 1e-12 and res["causal"]["clusters"] == 1
+    assert res["causal"]["regime"] == "clustering"
+    assert res["plga"]["frozen_equals_live_at_x0"] < 1e-15
+    for f in ("user_flow.png", "user_map.png", "normalisation.png"):
+        assert os.path.getsize(tmp_path / f) > 5_000
+    images = sum(
+        "image/png" in out.get("data", {})
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+    )
+    assert images >= 3  # figures are shown inline, not only saved

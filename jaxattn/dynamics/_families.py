@@ -129,9 +129,7 @@ class MultiHeadDynamics(eqx.Module):
                 f"shape {A.shape}."
             )
         if V.shape != A.shape:
-            raise ValueError(
-                f"{where}: V must have the shape of A {A.shape}, got shape {V.shape}."
-            )
+            raise ValueError(f"{where}: V must have the shape of A {A.shape}, got shape {V.shape}.")
         heads = A.shape[0]
         beta = jnp.asarray(beta, dtype)
         if beta.ndim == 0:
@@ -176,9 +174,9 @@ class MultiHeadDynamics(eqx.Module):
         """Sum of the heads' rates (`kernel_rate`) times `‖W_o‖₂` (1 for nGPT)."""
         if self.normalisation == "ngpt":
             return jnp.ones((), self.A.dtype)
-        rates = jax.vmap(
-            lambda a, v, b: kernel_rate(a, v, b, self.kernel, self.score_shift, x0)
-        )(self.A, self.V, self.beta)
+        rates = jax.vmap(lambda a, v, b: kernel_rate(a, v, b, self.kernel, self.score_shift, x0))(
+            self.A, self.V, self.beta
+        )
         if self.W_o is None:
             return jnp.sum(rates)
         if self.W_o.ndim == 2:
@@ -480,9 +478,7 @@ def homogenised_ott_antonsen_field(
             f"no output map; got d = {heads.d}, kernel {heads.kernel!r}, causal {heads.causal}, "
             f"normalisation {heads.normalisation!r}."
         )
-    fields = jax.vmap(lambda a, v, b: ott_antonsen_field(R, a, v, b))(
-        heads.A, heads.V, heads.beta
-    )
+    fields = jax.vmap(lambda a, v, b: ott_antonsen_field(R, a, v, b))(heads.A, heads.V, heads.beta)
     return jnp.sum(fields, axis=0)
 
 
@@ -550,9 +546,7 @@ def solve_homogenised_ott_antonsen(
     if _is_concrete(R0) and not abs(complex(R0)) <= 1 + 1e-12:
         raise ValueError(f"{where}: R0 must lie in the closed unit disc, got |R0| = {abs(R0)}.")
     dtype = heads.A.dtype
-    ts = save_times(
-        where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps
-    )
+    ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol = _solve_averaged(
         heads,
         R0,

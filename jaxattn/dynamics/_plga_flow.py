@@ -176,9 +176,7 @@ class PLGAFlow(eqx.Module):
         if not idx or any(not 0 <= h < H for h in idx):
             raise ValueError(f"PLGAFlow.from_layer: heads must be in [0, {H}), got {heads}.")
         if dtype is not None:
-            layer = jax.tree.map(
-                lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, layer
-            )
+            layer = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, layer)
         dtype = layer.W.dtype
         V = jnp.broadcast_to(jnp.eye(dk, dtype=dtype), (len(idx), dk, dk)) if V is None else V
         beta = 1 / math.sqrt(dk) if beta is None else beta
@@ -275,9 +273,9 @@ class PLGAFlow(eqx.Module):
     def drive(self, x: Tokens) -> Tokens:
         xh = normalise(x)
         G = self.energy_curvature(xh)
-        per_head = jax.vmap(
-            lambda g, v, b: attention_drive(xh, g, v, b, "sa", causal=self.causal)
-        )(G, self.V, self.beta)
+        per_head = jax.vmap(lambda g, v, b: attention_drive(xh, g, v, b, "sa", causal=self.causal))(
+            G, self.V, self.beta
+        )
         return jnp.sum(per_head, axis=0)
 
     def __call__(self, t, x: Tokens, args=None) -> Tokens:
