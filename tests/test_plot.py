@@ -7,6 +7,7 @@ labels, mesh coordinates), not pixels. Inputs are built by hand: no solves.
 import dataclasses
 import subprocess
 import sys
+import types
 
 import matplotlib
 import numpy as np
@@ -46,38 +47,29 @@ def _colourbar_labels(fig):
 # ------------------------------------------------------------------ regime maps
 
 
-@dataclasses.dataclass
-class StandInMap:
-    """The fields of `RegimeMap` the plot reads, derived from per-init codes as specified."""
+def _make_map(family, method, axes, K, regime, failed, predicted=None, boundaries=(), fixed=None):
+    """A `RegimeMap` built by hand from per-init codes (no solve): failed inits get the
+    sweep's FAILED code and the per-cell fields come from `basin_fractions`."""
+    from jaxattn.dynamics import FAILED, RegimeMap, basin_fractions
 
-    family: str
-    method: str
-    axes: tuple
-    fixed: dict
-    inits: int
-    regime: np.ndarray
-    failed: np.ndarray
-    predicted: np.ndarray | None = None
-    boundaries: list = dataclasses.field(default_factory=list)
-
-    @property
-    def fractions(self):
-        ok = ~self.failed
-        return np.stack([np.mean((self.regime == k) & ok, -1) for k in range(len(NAMES))], -1)
-
-    @property
-    def failed_fraction(self):
-        return self.failed.mean(-1)
-
-    @property
-    def dominant(self):
-        return np.where(self.failed.all(-1), -1, np.argmax(self.fractions, -1))
-
-    @property
-    def multistable(self):
-        ok = (~self.failed).sum(-1)
-        top = self.fractions.max(-1) * self.inits / np.maximum(ok, 1)
-        return (top < 0.9) & (ok > 0)
+    regime = np.where(failed, FAILED, regime)
+    fractions, failed_fraction, dominant, multistable = basin_fractions(regime)
+    return RegimeMap(
+        family=family,
+        method=method,
+        kernel="lsa",
+        axes=axes,
+        fixed=fixed or {},
+        inits=K,
+        regime=regime,
+        failed=failed,
+        fractions=fractions,
+        failed_fraction=failed_fraction,
+        dominant=dominant,
+        multistable=multistable,
+        predicted=predicted,
+        boundaries=list(boundaries),
+    )
 
 
 def _map_2d(nx=7, ny=5, K=4):
@@ -91,8 +83,8 @@ def _map_2d(nx=7, ny=5, K=4):
     pred = np.where(A > 0, CODE["clustering"], CODE["oscillation"])
     pred[:, 0] = -1  # no claim on the bottom row
     bnd = [dict(label="a = 0 (stated)", x=np.array([0.0, 0.0]), y=np.array([0.0, 2.0]))]
-    return StandInMap(
-        "rotating", "ott_antonsen", (("a", a), ("b", b)), {"beta": 1.0}, K, reg, failed, pred, bnd
+    return _make_map(
+        "rotating", "ott_antonsen", (("a", a), ("b", b)), K, reg, failed, pred, bnd, {"beta": 1.0}
     )
 
 
@@ -133,6 +125,12 @@ def test_plot_regime_map_2d_labels_legend_and_cell_alignment():
         t.startswith(f"multistable: no regime ≥ 90% ({int(m.multistable.sum())} ") for t in texts
     )
     assert int(expect.sum()) > 0 and int(m.multistable.sum()) > 0
+    assert int(m.disagreements().sum()) == int(expect.sum())
+    # the same fields without the class (no disagreements() method): the plot's own rule
+    bare = types.SimpleNamespace(**{f.name: getattr(m, f.name) for f in dataclasses.fields(m)})
+    assert f"disagrees with theory ({int(expect.sum())} of" in " ".join(
+        _legend_texts(plot_regime_map(bare))
+    )
     # the shading is read by a labelled colour bar
     assert any("share of the 4 inits" in lab for lab in _colourbar_labels(fig))
     # cells sit on their centres: the mesh edges are half a spacing around each centre
@@ -169,11 +167,10 @@ def test_plot_regime_map_1d_stacked_fractions():
     reg = rng.integers(0, len(NAMES), (len(a), K))
     failed = np.zeros(reg.shape, bool)
     failed[2, :2] = True
-    m = StandInMap(
+    m = _make_map(
         "case2",
         "particles",
         (("λ_max(V)", a),),
-        {},
         K,
         reg,
         failed,

@@ -125,7 +125,6 @@ def _as_cells(m) -> _Cells:
             raise ValueError(f"plot_regime_map: {name} has shape {arr.shape}, expected {shape}.")
     pred = getattr(m, "predicted", None)
     disagree, claimed = None, 0
-    given = getattr(m, "disagrees", None)
     if pred is not None:
         pred = np.asarray(pred).astype(int)
         if pred.shape != shape:
@@ -133,17 +132,26 @@ def _as_cells(m) -> _Cells:
                 f"plot_regime_map: predicted has shape {pred.shape}, expected {shape}."
             )
         claimed = int(np.sum(pred >= 0))
-        if given is not None and not callable(given):
-            disagree = np.asarray(given, dtype=bool)
+        own = getattr(m, "disagreements", None)
+        if callable(own):  # RegimeMap.disagreements(): the map's own rule
+            disagree = np.asarray(own(), dtype=bool)
         else:
             disagree = np.zeros(shape, bool)
-            for idx in zip(*np.nonzero((pred >= 0) & (dom >= 0))):
+            undetermined = names.index("undetermined") if "undetermined" in names else -1
+            for idx in zip(*np.nonzero((pred >= 0) & (dom >= 0) & (dom != undetermined))):
                 disagree[idx] = not _agrees(int(dom[idx]), int(pred[idx]), names)
+        if disagree.shape != shape:
+            raise ValueError(
+                f"plot_regime_map: disagreements has shape {disagree.shape}, expected {shape}."
+            )
     fixed = getattr(m, "fixed", None) or {}
     fixed_txt = ", ".join(f"{k} = {_fmt(v)}" for k, v in fixed.items())
+    kernel = getattr(m, "kernel", None)
     title = f"{getattr(m, 'family', 'map')} family, {getattr(m, 'method', '')}"
+    if kernel:
+        title += f" ({str(kernel).upper()})"
     if fixed_txt:
-        title += f"; fixed: {fixed_txt}"
+        title += f"\nfixed: {fixed_txt}"
     return _Cells(
         names=names,
         axes=axes,
@@ -157,6 +165,15 @@ def _as_cells(m) -> _Cells:
         boundaries=list(getattr(m, "boundaries", None) or []),
         title=title,
     )
+
+
+def _cells(k: int) -> str:
+    return f"{k} cell" if k == 1 else f"{k} cells"
+
+
+def _with_inits(title: str, inits: int) -> str:
+    first, *rest = title.split("\n")
+    return "\n".join([f"{first}, K = {inits} inits per cell", *rest])
 
 
 def _fmt(v) -> str:
@@ -303,7 +320,7 @@ def legend_handles(
                 mfc="none",
                 mec="k",
                 ms=6,
-                label=f"multistable: no regime ≥ {MULTISTABLE_THRESHOLD:.0%} ({multistable} cells)",
+                label=f"multistable: no regime ≥ {MULTISTABLE_THRESHOLD:.0%} ({_cells(multistable)})",
             )
         )
     if disagree is not None:
@@ -316,7 +333,9 @@ def legend_handles(
                 marker="x",
                 color="k",
                 ms=6,
-                label=f"disagrees with theory ({disagree}{extra} cells)",
+                label=f"disagrees with theory ({disagree}{extra} cells)"
+                if extra
+                else f"disagrees with theory ({_cells(disagree)})",
             )
         )
     return hs + list(boundaries)
@@ -355,7 +374,9 @@ def plot_regime_map(
     holds ≥ 90 % of the non-failed inits, `FAILED_COLOUR` where every init failed; theory
     `boundaries` are black lines with a white halo, cells whose dominant regime disagrees
     with `predicted` are crossed (a clustering claim is met by clustering or rotating: both
-    have `|R₂| → 1`). The legend names every regime of `REGIMES`, outside the data area.
+    have `|R₂| → 1`; undetermined and failed cells never disagree; a `RegimeMap`'s own
+    `disagreements()` is used when present). The legend names every regime of `REGIMES`,
+    outside the data area.
 
     **1-D maps**: stacked bars of the basin fractions (and the failed share) against the
     parameter, theory crossings as vertical lines, disagreeing cells crossed above the bars.
@@ -441,7 +462,8 @@ def plot_regime_map(
         ax.set_xlabel(xlabel or xn)
         ax.set_ylabel(ylabel or f"fraction of the {cells.inits} inits")
     ax.set_title(
-        title if title is not None else cells.title + f", K = {cells.inits} inits per cell"
+        title if title is not None else _with_inits(cells.title, cells.inits),
+        fontsize=10,
     )
     if legend:
         ax.legend(
