@@ -825,7 +825,9 @@ def _write_markdown(report, out):
     s = report["cases"]
     w("## 1. The four cases in d = 2 (particles, Watanabe–Strogatz, Ott–Antonsen)\n")
     w(
-        f"n = {s['n']} particles from a wrapped-Cauchy sample with |R₂(0)| ≈ 0.1; horizon "
+        f"n = {s['n']} particles from a wrapped-Cauchy sample with |R₂(0)| ≈ 0.1 "
+        "(Watanabe–Strogatz from the same tokens, Ott–Antonsen from the particles' measured "
+        "R₂(0), so all three start together); horizon "
         f"{s['t1_natural']} natural time units (each member's t·β‖A‖‖V‖); the rates, periods "
         "and figure time axes are in physical time. d arg R₂/dt is the mean drift over the "
         "last third of the late window (for a non-uniform rotation the period is the sharper "

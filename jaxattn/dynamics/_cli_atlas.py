@@ -41,8 +41,11 @@ def _run(args) -> int:
 
 def _run_atlas(args) -> int:
     import jax
+    import matplotlib
 
     from ._atlas import run_atlas
+
+    matplotlib.use("Agg")  # this command only writes PNG files
 
     t = time.perf_counter()
     report = run_atlas(quick=args.quick, out_dir=args.out, progress=not args.no_progress)
