@@ -21,6 +21,11 @@ __all__ = [
     "Trajectory",
     "simulate",
     "check_tokens",
+    "environment_record",
+    "memory_available",
+    "memory_estimate",
+    "promote_result",
+    "usa_score_shift",
 ]
 
 
@@ -38,8 +43,16 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
         "doubled phases coincide, so the Möbius barycentre does not exist"
     )
     usa_overflow = (
-        "USA weights exp(beta <x, A y>) exceed the floating-point range; pass score_shift "
-        "(a time rescaling) to AttentionDynamics or use float64"
+        "USA weights exp(beta <x, A y> - score_shift) can exceed the floating-point range of "
+        "the solve's dtype; pass a larger score_shift to AttentionDynamics (a time rescaling; "
+        "usa_score_shift gives the smallest that fits)"
+    )
+    nonpositive_beta = "beta <= 0: beta is an inverse temperature and must be positive"
+    time_stalled = (
+        "the time stopped advancing: the step the controller asked for was below the "
+        "floating-point spacing of t (e.g. 0.0078 near t = 1e5 in float32), so the same step "
+        "was retried without progress; start the run at t0 = 0, solve in float64 or loosen "
+        "rtol/atol (more max_steps will not help)"
     )
 
 
@@ -296,9 +309,182 @@ def check_flow(where: str, field, x0, t0, manifold: str) -> None:
             )
 
 
+def environment_record() -> dict:
+    """Where and how a result was computed, for result files and manifests.
+
+    **Returns:** a JSON-ready dict: `backend` (`jax.default_backend()`), `device_count`,
+    `devices` (their kinds), `matmul_precision` (`jax_default_matmul_precision`, `None` =
+    the backend default, which on GPUs/TPUs may use reduced-precision passes for float32),
+    `x64` (float64 enabled), and the versions of jax, jaxlib, diffrax and equinox.
+    """
+    import jax
+
+    def version(module):
+        try:
+            return __import__(module).__version__
+        except Exception:  # not installed / no version
+            return None
+
+    return dict(
+        backend=jax.default_backend(),
+        device_count=jax.device_count(),
+        devices=sorted({d.device_kind for d in jax.devices()}),
+        matmul_precision=jax.config.jax_default_matmul_precision,
+        x64=bool(jax.config.jax_enable_x64),
+        jax=jax.__version__,
+        jaxlib=version("jaxlib"),
+        diffrax=diffrax.__version__,
+        equinox=version("equinox"),
+    )
+
+
+def memory_available(device=None) -> int | None:
+    """Bytes free for a new computation on `device` (default: the first device):
+    `bytes_limit − bytes_in_use` of an accelerator's allocator, or `MemAvailable` of
+    `/proc/meminfo` on a CPU. `None` when neither can be read."""
+    import jax
+
+    device = jax.devices()[0] if device is None else device
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends do not implement it
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def memory_estimate(field, n: int, num_save: int, *, d: int | None = None, dtype=None) -> int:
+    r"""Estimated peak bytes of one `simulate` solve (forward only, one member).
+
+    `itemsize · (c n² + (num_save + 16) n d + 4 d²)`: the `(n, n)` score and weight
+    matrices of the USA and SA kernels (`c = 2`; `c = 0` for LSA, evaluated in O(n d²)),
+    the saved states and ~16 token-sized solver buffers (Tsit5 stages, error estimate,
+    projection). Measured with XLA's `memory_analysis` of the compiled solve on CPU
+    (float64, n = 512 … 2048): temporaries 1.02–1.10 n² words for SA/USA (`c = 2` leaves
+    room for a backend that does not fuse the exponential into the matmul) and 13–14 n d
+    words for LSA. A reverse-mode gradient stores `checkpoints` states in addition; a
+    vmapped batch of B members needs about B times this.
+
+    **Arguments:** `field` a flow (its `kernel`, `"lsa"` when absent, decides the n² term);
+    `n` tokens; `num_save` save times; `d` dimension (default `field.d`); `dtype` (default
+    the field's float type).
+
+    **Returns:** bytes, an int.
+    """
+    d = int(field.d if d is None else d)
+    if dtype is None:
+        leaves = jax_leaves_dtype(field)
+        dtype = leaves if leaves is not None else jnp.result_type(float)
+    itemsize = np.dtype(dtype).itemsize
+    quadratic = 2 if getattr(field, "kernel", "lsa") in ("usa", "sa") else 0
+    n, num_save = int(n), int(num_save)
+    return itemsize * (quadratic * n * n + (num_save + 16) * n * d + 4 * d * d)
+
+
+def jax_leaves_dtype(field):
+    """The common float type of a flow's array leaves (None if it has none)."""
+    import jax
+
+    leaves = [x for x in jax.tree_util.tree_leaves(field) if eqx.is_inexact_array(x)]
+    return jnp.result_type(*leaves) if leaves else None
+
+
+class _StallGuardPID(diffrax.PIDController):
+    """`diffrax.PIDController` that ends the solve when the time stops advancing.
+
+    When the float spacing of `t` is coarse against the steps (float32 far from zero:
+    0.0078 near t = 1e5), the time can stop advancing: a step `t0 + dt` that rounds to `t0`
+    (zero length, and every later step too), or a rejected step that is retried with the
+    very same `(t0, t1)` (diffrax rounds a step ending within 100 spacings of the horizon
+    to the horizon, or a rejected one to the midpoint, so the smaller step never comes).
+    Either repeats until `max_steps` ("try increasing max_steps", which cannot help). The
+    controller state carries the previous `(t0, t1)`; a repeat or a zero step ends the solve
+    at once with `dt_min_reached`, which `promote_result` reports as
+    `RESULTS.time_stalled` (jaxattn never sets `dtmin`, so the code is unambiguous).
+    """
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        t_next, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
+        nan = jnp.full((2,), jnp.nan, jnp.result_type(t0, t1, float))
+        return t_next, (state, nan)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        inner, last = state
+        keep, next_t0, next_t1, made_jump, inner, result = super().adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner
+        )
+        stalled = (t1 <= t0) | ((t0 == last[0]) & (t1 == last[1]))
+        result = diffrax.RESULTS.where(stalled, diffrax.RESULTS.dt_min_reached, result)
+        last = jnp.stack([t0, t1]).astype(last.dtype)
+        return keep, next_t0, next_t1, made_jump, (inner, last), result
+
+
+def promote_result(result) -> RESULTS:
+    """diffrax's result as a jaxattn `RESULTS` code; `dt_min_reached` (which jaxattn's
+    solvers never request through `dtmin`, but the stalled-time guard of `ProjectedSolver`
+    returns) becomes `RESULTS.time_stalled`."""
+    result = RESULTS.promote(result)
+    return RESULTS.where(result == RESULTS.dt_min_reached, RESULTS.time_stalled, result)
+
+
+def usa_overflow_message(where: str, field, dtype) -> str:
+    """The refusal of a USA field whose weights can overflow `dtype`, with the smallest
+    `score_shift` that fits (`usa_score_shift`) and, in float32 only, float64 as the other
+    way out."""
+    bound = float(field.score_bound())
+    shift = usa_score_shift(field, dtype)
+    name = jnp.dtype(dtype).name
+    lines = (
+        f"{where}: USA scores reach beta*sigma_max(A) = {bound:.4g} with score_shift = "
+        f"{float(field.score_shift):.4g}; exp of that overflows {name} (log of its max ≈ "
+        f"{math.log(float(jnp.finfo(dtype).max)):.1f}). Pass score_shift={shift:.6g} to "
+        f"AttentionDynamics (usa_score_shift; `--score-shift auto` on the command line). "
+        f"It rescales time by exp(score_shift): the horizon t1 then covers the physical time "
+        f"t1 * exp(-{shift:.4g})"
+    )
+    if np.dtype(dtype).itemsize < 8:
+        f64 = usa_score_shift(field, np.float64)
+        lines += (
+            ", or solve in float64 (no shift needed)."
+            if f64 == 0
+            else f", or solve in float64 (needs score_shift={f64:.6g})."
+        )
+    else:
+        lines += "."
+    return lines
+
+
 def _usa_log_limit(dtype) -> float:
-    # Keep a margin of e^10 below the largest float for the solver's stage sums.
-    return math.log(float(jnp.finfo(dtype).max)) - 10.0
+    # Largest admissible log of the USA field bound exp(β σ_max(A) − shift) · max(σ_max(V), 1):
+    # a factor 64 below the largest float covers the solver's stage sums.
+    return math.log(float(jnp.finfo(dtype).max)) - math.log(64.0)
+
+
+def usa_score_shift(field, dtype=None) -> float:
+    r"""The USA `score_shift` that `jaxattn` uses when asked for `"auto"`:
+    `max(0, β σ_max(A) − ½ log(float max))`.
+
+    It leaves half the exponent range between the largest weight `exp(β σ_max(A) − shift)`
+    and the float limit (so the field, the stage sums and the weights of less aligned pairs
+    stay representable), and is zero whenever the unshifted scores fit. Time is rescaled by
+    `exp(shift)`: the horizon `t1` covers the physical time `t1 · exp(−shift)`.
+
+    **Arguments:** `field` an `AttentionDynamics` with concrete `A` and `beta`; `dtype`
+    the solve's float type (default: that of `field.A`).
+
+    **Returns:** the shift, a Python float.
+    """
+    dtype = field.A.dtype if dtype is None else dtype
+    bound = float(abs(np.asarray(field.beta))) * float(np.linalg.norm(np.asarray(field.A), 2))
+    return max(0.0, bound - 0.5 * math.log(float(jnp.finfo(dtype).max)))
 
 
 @eqx.filter_jit
@@ -319,12 +505,16 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
         log_bound = (
             jnp.abs(field.beta) * jnp.linalg.norm(A_safe, ord=2)
             - field.score_shift
-            + jnp.log(jnp.linalg.norm(V_safe, ord=2) + 1)
+            + jnp.log(jnp.maximum(jnp.linalg.norm(V_safe, ord=2), 1))
         )
         overflow = log_bound > _usa_log_limit(dtype)
     else:
         overflow = jnp.array(False)
-    invalid = bad_input | zero_token | overflow
+    # β ≤ 0 is refused at construction when concrete; a traced β (a swept batch) is
+    # checked here, member by member.
+    beta = getattr(field, "beta", None) if isinstance(field, AttentionDynamics) else None
+    nonpositive_beta = jnp.array(False) if beta is None else ~(beta > 0)
+    invalid = bad_input | zero_token | overflow | nonpositive_beta
     # A rejected member is solved with a harmless stand-in (zero field, unit tokens) so it
     # costs nothing, and its outputs are NaN: it cannot slow down or poison a batch.
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
@@ -352,7 +542,7 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
         dt0=dt0,
         y0=x_start,
         saveat=diffrax.SaveAt(ts=ts, solver_state=project),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        stepsize_controller=_StallGuardPID(rtol=rtol, atol=atol),
         adjoint=adjoint,
         max_steps=max_steps,
         throw=False,
@@ -365,8 +555,9 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     else:  # the token norms are part of the state: no drift to report
         deviation = jnp.asarray(jnp.nan, dtype)
     xs = normalise(ys) if sphere else ys
-    result = RESULTS.promote(sol.result)
+    result = promote_result(sol.result)
     result = RESULTS.where(overflow, RESULTS.usa_overflow, result)
+    result = RESULTS.where(nonpositive_beta, RESULTS.nonpositive_beta, result)
     result = RESULTS.where(zero_token, RESULTS.zero_token, result)
     result = RESULTS.where(bad_input, RESULTS.nonfinite_argument, result)
     xs = jnp.where(invalid, jnp.nan, xs)
@@ -514,19 +705,35 @@ def simulate(
         log_bound = (
             float(abs(field.beta)) * float(np.linalg.norm(np.asarray(field.A), 2))
             - float(field.score_shift)
-            + math.log(float(np.linalg.norm(np.asarray(field.V), 2)) + 1)
+            + math.log(max(float(np.linalg.norm(np.asarray(field.V), 2)), 1.0))
         )
         if np.isfinite(log_bound) and log_bound > _usa_log_limit(dtype):
-            bound = float(field.score_bound())
-            raise ValueError(
-                f"simulate: USA scores reach beta*sigma_max(A) = {bound:.4g}, past the range "
-                f"of exp in {jnp.dtype(dtype).name} (log max ≈ {_usa_log_limit(dtype) + 10:.1f}). "
-                f"Pass score_shift={bound:.4g} to AttentionDynamics (`--score-shift` on the "
-                f"command line; time is then rescaled by exp(score_shift)) or use float64."
-            )
+            raise ValueError(usa_overflow_message("simulate", field, dtype))
+    if isinstance(adjoint, diffrax.BacksolveAdjoint):
+        raise ValueError(
+            "simulate: diffrax.BacksolveAdjoint is not supported. It re-solves the flow "
+            "backwards in continuous time, which cannot follow the per-step projection onto "
+            "the sphere (SphereProjection is a discrete map, not part of the ODE), and without "
+            "projection its optimise-then-discretise gradient differs from the exact gradient "
+            "of the computed solution. Use RecursiveCheckpointAdjoint (default, reverse mode), "
+            "DirectAdjoint or ForwardMode (forward mode)."
+        )
     ts = save_times(
         "simulate", ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps
     )
+    if getattr(field, "kernel", "lsa") in ("usa", "sa") and isinstance(
+        getattr(field, "d", None), int
+    ):
+        need = memory_estimate(field, x0.shape[0], ts.shape[0], dtype=dtype)
+        free = memory_available()
+        if free is not None and need > free:
+            raise ValueError(
+                f"simulate: the {field.kernel.upper()} kernel needs O(n²) memory for its "
+                f"scores: n = {x0.shape[0]} tokens, {jnp.dtype(dtype).name}, about "
+                f"{need / 2**30:.3g} GiB (memory_estimate), but {free / 2**30:.3g} GiB are "
+                f"available (memory_available). Use fewer tokens, float32, or the LSA kernel "
+                f"(O(n d²))."
+            )
     traj = _solve(
         field,
         x0,

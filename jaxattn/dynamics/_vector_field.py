@@ -19,6 +19,7 @@ members are read by `simulate` and the sweeps when present:
 follow it; a user flow of ten lines does too (see `tests/test_families.py`).
 """
 
+import warnings
 from typing import Literal
 
 import equinox as eqx
@@ -142,6 +143,45 @@ def _is_concrete(x) -> bool:
     return True
 
 
+def _asarray_warn_cast(where: str, name: str, value):
+    """`jnp.asarray(value)`, with a `UserWarning` when a concrete input of a wider float type
+    (float64 while JAX runs in float32) is cast down and an entry changes.
+
+    The warning names the argument, how many entries changed and the largest relative change
+    (an entry that becomes zero or infinite counts as a relative change of 1 or inf): e.g.
+    `A = I + 1e-12 E` in float32 is `I`, the perturbation is gone.
+    """
+    arr = jnp.asarray(value)
+    src = getattr(value, "dtype", None)
+    if src is None or not _is_concrete(value):
+        return arr
+    src = np.dtype(src)
+    if not (
+        np.issubdtype(src, np.floating)
+        and jnp.issubdtype(arr.dtype, jnp.floating)
+        and src.itemsize > np.dtype(arr.dtype).itemsize
+    ):
+        return arr
+    wide = np.asarray(value, dtype=np.float64)
+    narrow = np.asarray(arr, dtype=np.float64)
+    changed = (wide != narrow) & ~(np.isnan(wide) & np.isnan(narrow))
+    if changed.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.abs(narrow - wide) / np.abs(wide)
+        worst = float(np.max(np.where(changed, rel, 0)))
+        k = np.unravel_index(np.argmax(np.where(changed, rel, -1)), wide.shape) if wide.ndim else ()
+        warnings.warn(
+            f"{where}: {name} was given as {src.name} and cast to {np.dtype(arr.dtype).name} "
+            f"(64-bit floats are disabled in JAX): {int(changed.sum())} of {wide.size} entries "
+            f"changed, the largest by a relative {worst:.3g} (entry {tuple(int(i) for i in k)}: "
+            f"{wide[k]!r} -> {narrow[k]!r}). Enable float64 (jax.enable_x64) or cast {name} "
+            f"yourself to silence this.",
+            UserWarning,
+            stacklevel=4,
+        )
+    return arr
+
+
 class AttentionDynamics(eqx.Module):
     r"""Vector field of self-attention dynamics on the unit sphere S^{d-1}.
 
@@ -169,7 +209,7 @@ class AttentionDynamics(eqx.Module):
 
     - `A`: the bilinear form `QᵀK`, shape `(d, d)`.
     - `V`: the value matrix, shape `(d, d)`.
-    - `beta`: inverse temperature β > 0 (a scalar; differentiable).
+    - `beta`: inverse temperature β > 0 (a scalar; differentiable). β ≤ 0 is refused.
     - `kernel`: one of `"lsa"`, `"usa"`, `"sa"`.
     - `score_shift`: USA only, the constant subtracted from every score (time rescaling).
     - `causal`: mask the attention so that token `k` attends to `j ≤ k` only (the mean is
@@ -185,8 +225,9 @@ class AttentionDynamics(eqx.Module):
     the module docstring); `natural_rate(x0)` bounds the speed.
 
     **Raises:** `ValueError` if `A` or `V` is not square `(d, d)` with `d ≥ 2`, if their
-    sizes differ, if the kernel or normalisation is unknown, or if concrete `A`, `V`, `beta`
-    are not finite.
+    sizes differ, if the kernel or normalisation is unknown, if concrete `A`, `V`, `beta`
+    are not finite, or if a concrete `beta ≤ 0`. A `UserWarning` if a float64 input is cast
+    to float32 (JAX without float64) and an entry changes (e.g. `I + 1e-12 E` becomes `I`).
 
     Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
     Transformers* (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eqs. (1.1)–(1.3).
@@ -211,8 +252,11 @@ class AttentionDynamics(eqx.Module):
         causal: bool = False,
         normalisation: str = "post_ln",
     ):
-        A = jnp.asarray(A)
-        V = jnp.asarray(V)
+        where = "AttentionDynamics"
+        A = _asarray_warn_cast(where, "A", A)
+        V = _asarray_warn_cast(where, "V", V)
+        beta = _asarray_warn_cast(where, "beta", beta)
+        score_shift = _asarray_warn_cast(where, "score_shift", score_shift)
         dtype = jnp.result_type(A, V, float)
         self.A = A.astype(dtype)
         self.V = V.astype(dtype)
@@ -250,6 +294,17 @@ class AttentionDynamics(eqx.Module):
         for name, m in (("A", self.A), ("V", self.V), ("beta", self.beta)):
             if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
                 raise ValueError(f"AttentionDynamics: {name} has non-finite entries (NaN or inf).")
+        # One policy for β everywhere: an inverse temperature, β > 0. (β < 0 is not a
+        # "repulsive" variant with a meaning of its own: for LSA it is the flow of −A, for
+        # SA a softmax that favours the least aligned tokens; pass −A for the former.)
+        # A traced β ≤ 0 (inside jit/vmap, e.g. a swept β) makes `simulate` report
+        # `RESULTS.nonpositive_beta` for that member instead.
+        if _is_concrete(self.beta) and not np.all(np.asarray(self.beta) > 0):
+            raise ValueError(
+                f"AttentionDynamics: beta is an inverse temperature and must be > 0, got "
+                f"{np.asarray(self.beta).tolist()} (for LSA, beta < 0 is the flow of -A: "
+                f"pass -A instead)."
+            )
 
     @property
     def d(self) -> int:
