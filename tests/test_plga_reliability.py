@@ -342,3 +342,40 @@ def test_load_model_falls_back_and_says_which_step(tmp_path):
     shutil.rmtree(tmp_path / "step_00000001")
     with pytest.raises(CheckpointError, match="step_00000002: model.eqx is truncated"):
         load_model(tmp_path)
+
+
+class _Flagged(eqx.Module):
+    G_LM: jax.Array
+    scores: jax.Array
+    overflow: jax.Array
+
+
+class OverflowingBigram(Bigram):
+    """Reports head 1 of 2 as overflowing (the flag `PowerLawGraphAttention` sets when A_P = A_LM^P
+    or the scores leave the dtype's range), with |G_LM| = 3e38 there."""
+
+    def __call__(self, ids):
+        n = ids.shape[0]
+        G = jnp.stack([jnp.ones((4, 4)), jnp.full((4, 4), 3e38)]).astype(jnp.float32)
+        d = _Flagged(G, jnp.zeros((2, n, n)), jnp.array([False, True]))
+        return self.embedding[ids] @ self.head, [d]
+
+
+def test_training_reports_score_overflow(data, tmp_path):
+    import jaxattn.plga._attention as attention
+
+    msgs = []
+    model = OverflowingBigram(32000, key=jax.random.key(0))
+    train(model, data, _tc(steps=2), out_dir=tmp_path / "r", progress=False, log=msgs.append)
+    warned = [m for m in msgs if m.startswith("warning: the PLGA score path overflowed")]
+    assert len(warned) == 2  # once with the details, once as the run's summary
+    assert "in 4 (row, layer, head) of the batch of step 1." in warned[0]  # 4 rows × 1 head
+    assert "overflowed in 2 of the steps of this call" in warned[1]
+    if hasattr(attention, "score_overflow"):  # the per-head report of the forward pass
+        assert "layer 0, head 1: largest |G_LM| = 3e+38" in warned[0]
+    lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["score_overflow"] for x in lines if "loss" in x] == [4, 4]
+    msgs.clear()
+    train(Bigram(32000, key=jax.random.key(0)), data, _tc(steps=2), out_dir=tmp_path / "s",
+          progress=False, log=msgs.append)  # fmt: skip
+    assert not any("overflow" in m for m in msgs)

@@ -270,7 +270,31 @@ def _loss(params, static, inputs, targets, *, pad_id, dag_coefficients, compute_
             raise ValueError(f"dag_coefficients: the model computes no {name} (SDPA or fixed G)")
         penalty = jnp.mean(jnp.stack([jnp.mean(dag_penalty(t)) for t in tensors]))
         reg = reg + coef * penalty.astype(ce.dtype)
-    return ce + reg, (ce, reg, count)
+    return ce + reg, (ce, reg, count, _overflow_count(deductive))
+
+
+def _overflow_count(deductive) -> Array:
+    """How many (row, layer, head) flags of the deductive outputs say the PLGA score path left the
+    dtype's range (`DeductiveOutputs.overflow`; outputs without the flag count 0)."""
+    flags = [d.overflow for d in deductive if getattr(d, "overflow", None) is not None]
+    return sum((jnp.sum(f.astype(jnp.int32)) for f in flags), jnp.zeros((), jnp.int32))
+
+
+def _overflow_report(params, static, inputs, compute_dtype) -> str:
+    """Where the score path overflowed on this batch (layer, head, largest |G_LM|): one forward
+    pass, compiled only when an overflow or a non-finite loss is seen."""
+    try:
+        from ._attention import format_score_overflow, score_overflow
+    except ImportError:  # a model without the PLGA overflow report
+        return ""
+    model = eqx.combine(params, static)
+    if compute_dtype is not None:
+        model = _cast(model, compute_dtype)
+    try:
+        _, deductive = eqx.filter_jit(lambda m, x: jax.vmap(m)(x))(model, inputs)
+        return format_score_overflow(score_overflow(deductive)) or ""
+    except (ValueError, TypeError, AttributeError):  # deductive outputs of another kind
+        return ""
 
 
 def make_step(optimizer, *, pad_id, dag_coefficients=(0.0, 0.0, 0.0), compute_dtype=None):
@@ -279,7 +303,7 @@ def make_step(optimizer, *, pad_id, dag_coefficients=(0.0, 0.0, 0.0), compute_dt
 
     def step(params, static, opt_state, inputs, targets):
         grad_fn = jax.value_and_grad(_loss, has_aux=True)
-        (loss, (ce, reg, count)), grads = grad_fn(
+        (loss, (ce, reg, count, overflow)), grads = grad_fn(
             params,
             static,
             inputs,
@@ -290,7 +314,8 @@ def make_step(optimizer, *, pad_id, dag_coefficients=(0.0, 0.0, 0.0), compute_dt
         )
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "cross_entropy": ce, "dag": reg, "tokens": count}
+        metrics = {"loss": loss, "cross_entropy": ce, "dag": reg, "tokens": count}
+        return params, opt_state, metrics | {"score_overflow": overflow}
 
     return eqx.filter_jit(eqx.debug.assert_max_traces(step, max_traces=1))
 
@@ -548,6 +573,8 @@ def train(
         bar = tqdm(total=config.steps, initial=step, unit="step", dynamic_ncols=True, leave=True)
     t0 = time.perf_counter()
     tokens_seen, last_loss = 0.0, float("nan")
+    overflow_steps = 0
+    compute_dtype = None if config.compute_dtype == "float32" else _DTYPES[config.compute_dtype]
     try:
         while step < end:
             idx = batch_indices(len(data.train), config.batch_size, position, config.seed)
@@ -557,6 +584,18 @@ def train(
                 params, static, opt_state, inputs, targets
             )
             loss = float(metrics["loss"])
+            overflow = int(metrics["score_overflow"])
+            report = ""
+            if overflow and (overflow_steps == 0 or not math.isfinite(loss)):
+                report = (
+                    f"the PLGA score path overflowed in {overflow} (row, layer, head) of the "
+                    f"batch of step {step + 1}. "
+                    + _overflow_report(params, static, inputs, compute_dtype)
+                ).rstrip()
+                if math.isfinite(loss):
+                    say(f"warning: {report} (steps with an overflow are counted in "
+                        "metrics.jsonl, score_overflow)")  # fmt: skip
+            overflow_steps += bool(overflow)
             if not math.isfinite(loss):
                 where = (
                     f"the last good checkpoint is {last_ckpt} (step {_step_of(last_ckpt)})"
@@ -567,7 +606,7 @@ def train(
                     f"training loss is {loss} at step {step + 1} (computed from the parameters "
                     f"after step {step}); training stopped and nothing was overwritten: {where}. "
                     "Lower the learning rate or lengthen the warm-up, then resume "
-                    "(--allow-changed-settings)."
+                    "(--allow-changed-settings)." + (f" Why: {report}" if report else "")
                 )
             params, opt_state = new_params, new_opt_state
             step += 1
@@ -581,6 +620,7 @@ def train(
                     "loss": loss,
                     "cross_entropy": float(metrics["cross_entropy"]),
                     "dag": float(metrics["dag"]),
+                    "score_overflow": overflow,
                 }
             )
             if bar is not None:
@@ -604,6 +644,11 @@ def train(
         if bar is not None:
             bar.close()
 
+    if overflow_steps:
+        say(
+            f"warning: the PLGA score path overflowed in {overflow_steps} of the steps of this "
+            "call (metrics.jsonl: score_overflow)"
+        )
     val = validate() if step == end else None
     metrics = {"loss": last_loss}
     if val is not None:
