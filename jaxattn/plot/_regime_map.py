@@ -30,7 +30,7 @@ __all__ = [
     "regime_colour",
 ]
 
-# One colour per regime name of `REGIMES` (names not listed fall back to grey shades).
+# One colour per regime name of `REGIMES` (names added later get fallback colours).
 REGIME_COLOURS = {
     "clustering": "#2b83ba",
     "rotating": "#1a9641",
@@ -39,8 +39,10 @@ REGIME_COLOURS = {
     "chaotic": "#7b3294",
     "undetermined": "#bdbdbd",
 }
-# Cells (or inits) whose solve failed: not a regime, so never drawn as "undetermined".
+"""The colour of each regime name of `REGIMES` in every jaxattn figure (`regime_colour`
+gives it, with a fallback for names added later)."""
 FAILED_COLOUR = "#e7298a"
+"""The colour of cells (or inits) whose solve failed: never that of `undetermined`."""
 _FALLBACK = ("#8c510a", "#01665e", "#737373")
 MULTISTABLE_THRESHOLD = 0.9
 
@@ -320,7 +322,8 @@ def legend_handles(
                 mfc="none",
                 mec="k",
                 ms=6,
-                label=f"multistable: no regime ≥ {MULTISTABLE_THRESHOLD:.0%} ({_cells(multistable)})",
+                label=f"multistable: no regime ≥ {MULTISTABLE_THRESHOLD:.0%} "
+                f"({_cells(multistable)})",
             )
         )
     if disagree is not None:
