@@ -5,8 +5,6 @@ labels, mesh coordinates), not pixels. Inputs are built by hand: no solves.
 """
 
 import dataclasses
-import subprocess
-import sys
 import types
 
 import matplotlib
@@ -205,17 +203,22 @@ def test_plot_regime_map_refuses_mismatched_fields():
 
 
 def test_importing_plot_modules_keeps_the_backend():
-    code = (
-        "import matplotlib; matplotlib.use('svg')\n"
-        "import numpy as np\n"
-        "import jaxattn.plot, jaxattn.plot._atlas, jaxattn.plot._audits, jaxattn.plot._regime_map\n"
-        "from jaxattn.plot import plot_tokens\n"
-        "plot_tokens(np.linspace(0, 1, 3), np.ones((3, 2, 2)) / np.sqrt(2))\n"
-        "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
-    )
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("MPLBACKEND", "DISPLAY")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
+    """No plotting module switches the backend at import or when drawing (issue 14)."""
+    import importlib
+    import pkgutil
+
+    import jaxattn.plot
+
+    matplotlib.use("svg")
+    try:
+        for info in pkgutil.iter_modules(jaxattn.plot.__path__):
+            importlib.reload(importlib.import_module(f"jaxattn.plot.{info.name}"))
+        importlib.reload(jaxattn.plot)
+        assert matplotlib.get_backend() == "svg"
+        jaxattn.plot.plot_tokens(np.linspace(0, 1, 3), np.ones((3, 2, 2)) / np.sqrt(2))
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use("Agg")
 
 
 # ------------------------------------------------------------------ trajectory figures
