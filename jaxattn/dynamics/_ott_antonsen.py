@@ -148,6 +148,10 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
         throw=False,
     )
     R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
+    # Saved states are interpolated between steps and can leave the closed disc by about
+    # the tolerance; |R₂| ≤ 1 by definition, so clip them (a member on the circle read
+    # from an overshooting R₂ was judged differently in a rotated frame).
+    R = R / jnp.maximum(1, jnp.abs(R))
     R = jnp.where(invalid, jnp.nan, R)
     result = RESULTS.promote(sol.result)
     result = RESULTS.where(outside & ~bad, RESULTS.outside_disc, result)

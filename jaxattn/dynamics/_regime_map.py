@@ -56,8 +56,9 @@ class Family:
     - `name`, `description`: what it is (the description names every parameter).
     - `params`: the parameters and their defaults, in order.
     - `build(**params) -> (A, V, beta)`: the member at those parameter values.
-    - `predict(**params) -> int`: the stated theory's regime code there (−1: no claim),
-      or `None` when the family has no stated theory.
+    - `predict(A, V, beta) -> codes`: the stated theory's regime codes (−1: no claim) for
+      stacked members `(batch, d, d)`, `(batch, d, d)`, `(batch,)`, or `None` when the
+      family has no stated theory.
     """
 
     name: str
@@ -67,8 +68,15 @@ class Family:
     predict: Callable[..., int] | None = None
 
 
-def _claim(pred) -> int:
-    return int(pred.regime._value) if bool(pred.claims) else -1
+def _criterion_codes(criterion):
+    """Vectorised codes of a stated criterion (−1 where it makes no claim)."""
+
+    def predict(A, V, beta):
+        del beta
+        pred = jax.vmap(criterion)(np.asarray(A, float), np.asarray(V, float))
+        return np.where(np.asarray(pred.claims), np.asarray(pred.regime._value), -1)
+
+    return predict
 
 
 def _case1_A(trace, det):
@@ -86,14 +94,11 @@ def _case4_V(v11, v12):
     return np.array([[v11, v12], [-v12, -v11]])
 
 
-def _rotating_predict(a, b, beta):
-    # d|R|/dt = (aβ/2)(1 − |R|²)|R|, phase speed (bβ/2)(|R|² + 3) (Ott–Antonsen).
-    g = a * beta
-    if g > 0:
-        return _ROTATING if b * beta != 0 else _CLUSTERING
-    if g < 0:
-        return _INTERIOR
-    return -1
+def _rotating_predict(A, V, beta):
+    # V = a I + b J: d|R|/dt = (aβ/2)(1 − |R|²)|R|, phase speed (bβ/2)(|R|² + 3) (OA).
+    a, b = np.asarray(V)[:, 0, 0] * beta, np.asarray(V)[:, 1, 0] * beta
+    rot = np.where(b != 0, _ROTATING, _CLUSTERING)
+    return np.where(a > 0, rot, np.where(a < 0, _INTERIOR, -1))
 
 
 def _random_build(a0, sA, v0, sV, beta, draw, d):
@@ -115,21 +120,21 @@ FAMILIES: dict[str, Family] = {
             "Case 1: V = I, A = [[trace/2, 1], [trace²/4 − det, trace/2]] (trace, det of A)",
             dict(trace=1.0, det=1.0, beta=1.0),
             lambda trace, det, beta: (_case1_A(trace, det), _I2, beta),
-            lambda trace, det, beta: _claim(case1_criterion(_case1_A(trace, det), _I2)),
+            _criterion_codes(case1_criterion),
         ),
         Family(
             "case2",
             "Case 2: A = I, V = Q diag(l1, l2) Qᵀ, Q the rotation by `angle`",
             dict(l1=1.0, l2=-1.0, angle=0.4, beta=1.0),
             lambda l1, l2, angle, beta: (_I2, _case2_V(l1, l2, angle), beta),
-            lambda l1, l2, angle, beta: _claim(case2_criterion(_I2, _case2_V(l1, l2, angle))),
+            _criterion_codes(case2_criterion),
         ),
         Family(
             "case4",
             "Case 4: A = I, V = [[v11, v12], [−v12, −v11]]",
             dict(v11=0.3, v12=1.0, beta=1.0),
             lambda v11, v12, beta: (_I2, _case4_V(v11, v12), beta),
-            lambda v11, v12, beta: _claim(case4_criterion(_I2, _case4_V(v11, v12))),
+            _criterion_codes(case4_criterion),
         ),
         Family(
             "rotating",
@@ -150,7 +155,7 @@ FAMILIES: dict[str, Family] = {
             "entries of A = [[a11, a12], [a21, a22]] and V = [[v11, v12], [v21, v22]]",
             dict(a11=1.0, a12=0.0, a21=0.0, a22=1.0, v11=1.0, v12=0.0, v21=0.0, v22=1.0, beta=1.0),
             _entries_build,
-            lambda beta, **e: _claim(stated_prediction(*_entries_build(beta=beta, **e)[:2])),
+            _criterion_codes(stated_prediction),
         ),
     )
 }
@@ -455,38 +460,55 @@ def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return fractions, failed_fraction, dominant, multistable
 
 
-def _boundaries(predict, axes, fixed, resolution=241) -> list[dict]:
+def _predict_at(build, predict, base, points):
+    built = [build(**{**base, **p}) for p in points]
+    A = np.stack([np.asarray(b[0], float) for b in built])
+    V = np.stack([np.asarray(b[1], float) for b in built])
+    beta = np.array([float(b[2]) for b in built])
+    return np.asarray(predict(A, V, beta))
+
+
+def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     """The stated theory's boundaries in axis coordinates, from its predictions on a fine
-    grid: contour lines of each predicted region (2-D) or the crossing points (1-D)."""
+    grid: contour lines between predicted regions (2-D) or the crossing points (1-D).
+    Clusters at rest and rotating clusters count as one (clustering) region; claim-free
+    sets thinner than the fine grid (e.g. a saddle-node line) are not drawn as regions."""
     if predict is None:
         return []
     names = [n for n, _ in axes]
-    grids = [np.linspace(v[0], v[-1], resolution) if v.size > 1 else v for _, v in axes]
     if len(axes) == 1:
-        code = np.array([predict(**{**fixed, names[0]: float(x)}) for x in grids[0]])
+        gx = np.linspace(axes[0][1][0], axes[0][1][-1], 4 * resolution + 1)
+        code = _predict_at(build, predict, fixed, [{names[0]: float(x)} for x in gx])
+        code = np.where(code == _ROTATING, _CLUSTERING, code)
+        keep = code >= 0
+        gx, code = gx[keep], code[keep]
         change = np.flatnonzero(code[1:] != code[:-1])
-        xs = 0.5 * (grids[0][change] + grids[0][change + 1])
+        xs = 0.5 * (gx[change] + gx[change + 1])
         return [dict(label="stated theory boundary", x=xs, y=None)] if xs.size else []
-    gx, gy = grids
-    code = np.array(
-        [[predict(**{**fixed, names[0]: float(x), names[1]: float(y)}) for y in gy] for x in gx]
-    )
     import contourpy
 
-    lines = []
-    for value in np.unique(code):
-        gen = contourpy.contour_generator(gx, gy, (code == value).astype(float).T)
+    # Different resolutions on the two axes keep the fine grid off diagonal lines.
+    gx = np.linspace(axes[0][1][0], axes[0][1][-1], resolution)
+    gy = np.linspace(axes[1][1][0], axes[1][1][-1], resolution - 2)
+    pts = [{names[0]: float(x), names[1]: float(y)} for y in gy for x in gx]
+    code = _predict_at(build, predict, fixed, pts).reshape(gy.size, gx.size)
+    code = np.where(code == _ROTATING, _CLUSTERING, code)
+    steps = np.array([np.ptp(gx) / (gx.size - 1), np.ptp(gy) / (gy.size - 1)])
+    values = np.unique(code)
+    out: list[dict] = []
+    for value in values[:-1] if values.size > 1 else []:
+        gen = contourpy.contour_generator(gx, gy, (code == value).astype(float))
         for seg in gen.lines(0.5):
-            if len(seg) > 1:
-                lines.append(seg)
-    # Adjacent regions share their boundary: keep each curve once (by its midpoint).
-    seen, out = set(), []
-    for seg in lines:
-        key = tuple(np.round(seg[len(seg) // 2], 6))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(dict(label="stated theory boundary", x=seg[:, 0], y=seg[:, 1]))
+            if len(seg) < 2 or np.all(np.ptp(seg, axis=0) < 3 * steps):
+                continue  # a dot of a thin claim-free set, not a boundary
+            # Adjacent regions share their boundary: keep a curve once.
+            dup = any(
+                np.max(np.min(np.hypot(*(seg[:, None, :] - o[None, :, :]).T), axis=0))
+                < 1.5 * steps.max()
+                for o in (np.stack([b["x"], b["y"]], -1) for b in out)
+            )
+            if not dup:
+                out.append(dict(label="stated theory boundary", x=seg[:, 0], y=seg[:, 1]))
     return out
 
 
@@ -589,9 +611,11 @@ def regime_map(
         )
     elif isinstance(first, eqx.Module):
         stacked = jax.tree_util.tree_map(
-            lambda *xs: np.repeat(np.stack([np.asarray(x) for x in xs]), inits, 0)
-            if eqx.is_array_like(xs[0])
-            else xs[0],
+            lambda *xs: (
+                np.repeat(np.stack([np.asarray(x) for x in xs]), inits, 0)
+                if eqx.is_array_like(xs[0])
+                else xs[0]
+            ),
             *built,
         )
         members = Members(stacked, seeds=np.tile(seeds, len(built)), **mkw)
@@ -607,7 +631,7 @@ def regime_map(
     fractions, failed_fraction, dominant, multistable = basin_fractions(regime)
     predicted = None
     if predict is not None:
-        predicted = np.array([predict(**{**base, **p}) for p in points]).reshape(cells)
+        predicted = _predict_at(build, predict, base, points).reshape(cells)
     out = RegimeMap(
         family=name,
         method=method,
@@ -622,7 +646,7 @@ def regime_map(
         dominant=dominant,
         multistable=multistable,
         predicted=predicted,
-        boundaries=_boundaries(predict, axes, base),
+        boundaries=_boundaries(build, predict, axes, base),
         seconds=time.perf_counter() - t_start,
         sweep=res,
     )

@@ -65,6 +65,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..sphere import sample_uniform
+from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
 from ._ott_antonsen import sample_wrapped_cauchy, solve_ott_antonsen
 from ._regimes import (
     REGIMES,
@@ -111,7 +112,11 @@ INITS = ("wrapped_cauchy", "uniform", "disc")
 # natural time back to physical time.
 _RATES = ("final_motion", "drift_rate", "rotation_rate")
 _TIMES = ("period",)
-EVIDENCE_FIELDS = tuple(RegimeEvidence.__dataclass_fields__)
+EVIDENCE_FIELDS = tuple(RegimeEvidence.__dataclass_fields__) + (
+    "lyapunov_max",
+    "lyapunov_uncertainty",
+)
+CHAOTIC = int(REGIMES.chaotic._value)
 
 
 def regime_label(code: int) -> str:
@@ -400,6 +405,13 @@ class Judge(eqx.Module):
       `max(default_gap_floor(dtype), 10 rtol)` (saved states jitter at the solver
       tolerance).
     - `rest_tol`: the motion read as "at rest"; `None` for the classifier's default.
+    - `lyapunov`: `k > 0` also measures the `k` largest Lyapunov exponents of each
+      member (`lyapunov_spectrum`, particles; `lyapunov_spectrum_ott_antonsen`, OA) from
+      its initial state over the same horizon, with `lyapunov_renorm` re-orthonormalisation
+      segments, and labels the member `chaotic` when `chaos_verdict` says so (the
+      largest exponent positive beyond its uncertainty); the exponents are in
+      `SweepResult.evidence["lyapunov_max"]` / `["lyapunov_uncertainty"]` (physical
+      units). `0` (default) skips it (the spectrum costs a few solves).
 
     Particle and Watanabe–Strogatz members are classified from their tokens by
     `classify_tokens`, Ott–Antonsen members from `R₂(t)` by `classify_order_parameter`;
@@ -412,6 +424,8 @@ class Judge(eqx.Module):
     cluster_tol: float = eqx.field(static=True)
     gap_floor: float | None = eqx.field(static=True)
     rest_tol: float | None = eqx.field(static=True)
+    lyapunov: int = eqx.field(static=True)
+    lyapunov_renorm: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -420,8 +434,12 @@ class Judge(eqx.Module):
         cluster_tol: float = 1e-3,
         gap_floor: float | None = None,
         rest_tol: float | None = None,
+        lyapunov: int = 0,
+        lyapunov_renorm: int = 200,
     ):
         where = "sweep"
+        self.lyapunov = _count(where, "lyapunov", lyapunov, 0)
+        self.lyapunov_renorm = _count(where, "lyapunov_renorm", lyapunov_renorm, 2)
         self.window = _positive(where, "window", window)
         self.cluster_tol = _positive(where, "cluster_tol", cluster_tol)
         self.gap_floor = _positive(where, "gap_floor", gap_floor, allow_none=True)
@@ -523,6 +541,8 @@ class _Config:
     cluster_tol: float
     gap_floor: float | None
     rest_tol: float | None
+    lyapunov: int = 0
+    lyapunov_renorm: int = 200
 
     def as_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -639,13 +659,33 @@ def _member(flow, seed, cfg: _Config):
     result = sol.result._value
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
     regime = jnp.where(failed, FAILED, regime._value)
-    evidence = {k: getattr(ev, k) for k in EVIDENCE_FIELDS}
+    evidence = {k: getattr(ev, k) for k in RegimeEvidence.__dataclass_fields__}
     for k, v in evidence.items():  # a failed member has no measurement
         evidence[k] = jnp.where(failed, -1 if jnp.issubdtype(v.dtype, jnp.integer) else jnp.nan, v)
     for k in _RATES:
         evidence[k] = evidence[k] * rate
     for k in _TIMES:
         evidence[k] = evidence[k] / rate
+    lyap = jnp.full((2,), jnp.nan, dtype)
+    if cfg.lyapunov:
+        lkw = dict(
+            t1=cfg.t1,
+            k=cfg.lyapunov,
+            num_renorm=cfg.lyapunov_renorm,
+            rtol=cfg.rtol,
+            atol=cfg.atol,
+            max_steps=cfg.max_steps,
+        )
+        if cfg.method == "ott_antonsen":
+            spec = lyapunov_spectrum_ott_antonsen(
+                run_flow.A, run_flow.V, R0, beta=run_flow.beta, **lkw
+            )
+        else:
+            spec = lyapunov_spectrum(run_flow, x0, **lkw)
+        chaotic, chaos_ev = chaos_verdict(spec)
+        regime = jnp.where(chaotic & ~failed, CHAOTIC, regime)
+        lyap = jnp.stack([chaos_ev["largest_exponent"], chaos_ev["largest_uncertainty"]]) * rate
+    evidence["lyapunov_max"], evidence["lyapunov_uncertainty"] = lyap[0], lyap[1]
     return dict(
         regime=regime.astype(jnp.int32),
         result=jnp.asarray(result, jnp.int32),
@@ -1062,7 +1102,14 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         cluster_tol=judge.cluster_tol,
         gap_floor=judge.gap_floor,
         rest_tol=judge.rest_tol,
+        lyapunov=judge.lyapunov,
+        lyapunov_renorm=judge.lyapunov_renorm,
     )
+    if judge.lyapunov and members.method == "watanabe_strogatz":
+        raise ValueError(
+            "sweep: Judge(lyapunov=k) needs method='particles' or 'ott_antonsen' (the "
+            "Watanabe–Strogatz members are the particle flow: sweep them as particles)."
+        )
     cost, group = _predicted_cost(members, flow, integration, runner)
     perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
@@ -1555,7 +1602,7 @@ def sweep(
         groups = {
             "members": ("n", "method", "init", "r0", "kernel", "batching", "score_shift"),
             "integration": ("t1", "num_save", "time_scale", "rtol", "atol", "max_steps"),
-            "judge": ("window", "cluster_tol", "gap_floor", "rest_tol"),
+            "judge": ("window", "cluster_tol", "gap_floor", "rest_tol", "lyapunov"),
             "runner": (
                 "chunk_size",
                 "group",

@@ -1,0 +1,353 @@
+"""The open regime instrument: composable sweeps of any flow, regime maps of any family with
+basin fractions, reloading a sweep or a map from its folder, the rotating family against
+its closed form, and frame independence of the Ott–Antonsen regimes."""
+
+import json
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxattn.dynamics import (
+    FAILED,
+    NOT_RUN,
+    REGIME_NAMES,
+    Integration,
+    Judge,
+    Members,
+    RegimeMap,
+    Runner,
+    SweepResult,
+    classify_order_parameter,
+    classify_tokens,
+    regime_map,
+    simulate,
+    solve_ott_antonsen,
+    sweep,
+)
+from jaxattn.dynamics import _sweep as sw
+from jaxattn.sphere import project_tangent
+
+I2 = np.eye(2)
+J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
+CODE = {name: i for i, name in enumerate(REGIME_NAMES)}
+
+
+class LinearDrift(eqx.Module):
+    """A user's own flow: every token follows dx/dt = P⊥_x(M x) (no interaction)."""
+
+    M: jax.Array
+
+    def __call__(self, t, x, args=None):
+        return project_tangent(x, x @ self.M.T)
+
+
+def test_a_users_flow_runs_through_sweep_and_compiles_once():
+    # Symmetric M with a simple top eigenvalue: every token goes to ±(top eigenvector),
+    # i.e. one antipodal pair of clusters at rest.
+    Ms = jnp.stack([jnp.diag(jnp.array([1.0, 0.2 * k, -0.5])) for k in range(4)])
+    members = Members(eqx.filter_vmap(LinearDrift)(Ms), seeds=np.arange(4), n=12, d=3)
+    integ = Integration(40.0, 81, rtol=1e-10, atol=1e-12)
+    runner = Runner(chunk_size=2, progress=False)
+    before = sw.num_traces()
+    res = sweep(members, integration=integ, runner=runner)
+    assert sw.num_traces() - before == 1  # two chunks, one compilation
+    assert list(res.regime_names) == ["clustering"] * 4
+    np.testing.assert_array_equal(res.evidence["antipodal_pairs"], 1)
+    assert sorted(res.params) == ["M"] and res.params["M"].shape == (4, 3, 3)
+    # Member 1 equals its hand-made run (physical time: the flow has no natural rate).
+    from jaxattn.sphere import sample_uniform
+
+    key = jax.random.key(np.uint32(1))
+    _, k_tok = jax.random.split(key)
+    x0 = sample_uniform(k_tok, 12, 3, dtype=jnp.float64)
+    ts = jnp.linspace(0.0, 40.0, 81)
+    tr = simulate(LinearDrift(Ms[1]), x0, t1=40.0, ts=ts, rtol=1e-10, atol=1e-12)
+    regime, ev = classify_tokens(ts, tr.xs)
+    assert res.regime[1] == int(regime._value)
+    assert abs(float(ev.final_order) - res.evidence["final_order"][1]) < 1e-12
+    # Same shapes again: no new trace.
+    sweep(
+        Members(eqx.filter_vmap(LinearDrift)(Ms + 0.01), seeds=np.arange(4), n=12, d=3),
+        integration=integ,
+        runner=runner,
+    )
+    assert sw.num_traces() - before == 1
+
+
+def test_members_refuse_bad_input_by_name():
+    with pytest.raises(ValueError, match="leading batch axis"):
+        Members(LinearDrift(jnp.asarray(1.0)), seeds=[0, 1], d=3)
+    with pytest.raises(ValueError, match="seeds for a batch"):
+        Members(eqx.filter_vmap(LinearDrift)(jnp.stack([jnp.eye(3)] * 3)), seeds=[0, 1])
+    with pytest.raises(ValueError, match="d = 2 LSA reduction"):
+        Members(LinearDrift(jnp.eye(3)), batched=False, method="ott_antonsen", d=3)
+    with pytest.raises(ValueError, match="eqx.Module"):
+        Members(lambda t, x, a: x, batched=False, d=2)
+    with pytest.raises(ValueError, match="pass settings through"):
+        sweep(Members(LinearDrift(jnp.eye(3)), batched=False, d=3), n=5)
+    with pytest.raises(ValueError, match="unknown option"):
+        sweep(I2, I2, 1.0, 0, horizon=5.0)
+    with pytest.raises(ValueError, match="lyapunov"):
+        Judge(lyapunov=-1)
+
+
+def test_rotating_family_closed_form_and_rotation_sign():
+    # OA: d|R|²/dt = aβ (1 − |R|²)|R|² (logistic), d arg R/dt = (bβ/2)(|R|² + 3).
+    a, b, beta = 0.7, 0.9, 1.3
+    R0 = 0.2 * np.exp(0.4j)
+    ts = jnp.linspace(0.0, 6.0, 61)
+    sol = solve_ott_antonsen(
+        I2, a * I2 + b * J2, R0, beta=beta, t1=6.0, ts=ts, rtol=1e-12, atol=1e-14
+    )
+    r2 = 1 / (1 + (1 / abs(R0) ** 2 - 1) * np.exp(-a * beta * np.asarray(ts)))
+    np.testing.assert_allclose(np.abs(np.asarray(sol.R)) ** 2, r2, rtol=1e-9)
+    phase = np.unwrap(np.angle(np.asarray(sol.R)))
+    integral = np.concatenate([[0], np.cumsum(np.diff(np.asarray(ts)) * 0.5 * (r2[1:] + r2[:-1]))])
+    expect = np.angle(R0) + 0.5 * b * beta * (integral + 3 * np.asarray(ts))
+    np.testing.assert_allclose(phase, expect, atol=1e-4)  # trapezoid on a 0.1 grid
+    # Particles: with b > 0 the clusters turn counter-clockwise, arg R₂ at 2bβ.
+    res = sweep(
+        I2,
+        a * I2 + b * J2,
+        beta,
+        0,
+        n=32,
+        t1=40.0,
+        num_save=161,
+        rtol=1e-10,
+        atol=1e-12,
+        time_scale="physical",
+        progress=False,
+    )
+    assert res.regime_names[0] == "rotating"
+    drift = res.evidence["drift_rate"][0]
+    assert drift > 0 and abs(drift - 2 * b * beta) < 1e-3 * 2 * b * beta
+    neg = sweep(
+        I2,
+        a * I2 - b * J2,
+        beta,
+        0,
+        n=32,
+        t1=40.0,
+        num_save=161,
+        rtol=1e-10,
+        atol=1e-12,
+        time_scale="physical",
+        progress=False,
+    )
+    assert neg.evidence["drift_rate"][0] < 0
+
+
+def test_ott_antonsen_regimes_do_not_depend_on_the_frame():
+    # A rigid rotation Q of (A, V) with R₂(0) turned by e^{2iα} is the same flow seen in a
+    # rotated frame: the regime cannot change (saved states are clipped to the disc).
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((24, 2, 2))
+    V = rng.standard_normal((24, 2, 2))
+    A[:4], V[:4] = np.diag([2.0, 1.0]), I2 + J2  # rotating clusters on the circle
+    R0 = 0.3 * np.exp(2j * np.pi * rng.random(24))
+    alpha = 0.83
+    Q = np.array([[np.cos(alpha), -np.sin(alpha)], [np.sin(alpha), np.cos(alpha)]])
+    ts = jnp.linspace(0.0, 150.0, 301)
+
+    @jax.vmap
+    def regime(a, v, r0):
+        sol = solve_ott_antonsen(a, v, r0, t1=150.0, ts=ts, throw=False)
+        return classify_order_parameter(ts, sol.R)[0]._value, jnp.max(jnp.abs(sol.R))
+
+    r1, m1 = regime(A, V, R0)
+    r2, m2 = regime(Q @ A @ Q.T, Q @ V @ Q.T, R0 * np.exp(2j * alpha))
+    assert np.all(np.asarray(m1) <= 1 + 1e-15) and np.all(np.asarray(m2) <= 1 + 1e-15)
+    np.testing.assert_array_equal(np.asarray(r1), np.asarray(r2))
+    assert np.all(np.asarray(r1[:4]) == CODE["rotating"])
+
+
+@pytest.fixture(scope="module")
+def rotating_map(tmp_path_factory):
+    out = tmp_path_factory.mktemp("map")
+    m = regime_map(
+        "rotating",
+        {"a": np.linspace(-1, 1, 6), "b": np.array([-0.5, 0.5, 1.0])},
+        method="ott_antonsen",
+        inits=3,
+        t1=60.0,
+        num_save=121,
+        out_dir=out,
+        progress=False,
+    )
+    return m, out
+
+
+def test_regime_map_fractions_theory_and_reload(rotating_map):
+    m, out = rotating_map
+    assert m.cells == (6, 3) and m.regime.shape == (6, 3, 3)
+    np.testing.assert_allclose(m.fractions.sum(-1) + m.failed_fraction, 1.0)
+    # a > 0 rotates (b ≠ 0), a < 0 spreads out: the stated law, cell by cell.
+    a = m.axes[0][1]
+    assert np.all(m.predicted[a > 0] == CODE["rotating"])
+    assert np.all(m.predicted[a < 0] == CODE["interior"])
+    assert np.all(m.dominant[a > 0] == CODE["rotating"])
+    assert np.all(m.dominant[a < -0.5] == CODE["interior"])
+    assert not m.disagreements().any()
+    # The stated boundary is the line a = 0.
+    assert len(m.boundaries) == 1
+    np.testing.assert_allclose(m.boundaries[0]["x"], 0.0, atol=0.02)
+    # Reloaded from its folder alone: the map and its sweep.
+    back = RegimeMap.load(out)
+    for k in ("regime", "fractions", "dominant", "multistable", "predicted"):
+        np.testing.assert_array_equal(getattr(back, k), getattr(m, k))
+    assert back.axes[0][0] == "a" and back.fixed == {"beta": 1.0}
+    again = SweepResult.load(os.path.join(out, "sweep"))
+    np.testing.assert_array_equal(again.regime, m.sweep.regime)
+    np.testing.assert_array_equal(again.R2, m.sweep.R2)
+    assert again.completed.all()
+    # Rerunning resumes from the folder: nothing recomputed, same map.
+    m2 = regime_map(
+        "rotating",
+        {"a": np.linspace(-1, 1, 6), "b": np.array([-0.5, 0.5, 1.0])},
+        method="ott_antonsen",
+        inits=3,
+        t1=60.0,
+        num_save=121,
+        out_dir=out,
+        progress=False,
+    )
+    assert m2.sweep.chunks_computed == 0
+    np.testing.assert_array_equal(m2.regime, m.regime)
+
+
+def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
+    _, out = rotating_map
+    with pytest.raises(ValueError, match="holds no regime map"):
+        RegimeMap.load(tmp_path)
+    with pytest.raises(ValueError, match="holds no sweep"):
+        SweepResult.load(tmp_path)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in ("regime_map.json", "regime_map.npz"):
+        (bad / f).write_bytes((out / f).read_bytes())
+    (bad / "regime_map.npz").write_bytes(b"not an npz")
+    with pytest.raises(ValueError, match="regime_map.npz is damaged"):
+        RegimeMap.load(bad)
+    meta = json.loads((out / "regime_map.json").read_text())
+    meta["regime_names"] = ["clustering", "other"]
+    (bad / "regime_map.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="damaged or foreign"):
+        RegimeMap.load(bad)
+
+
+def test_interrupted_sweep_reloads_with_members_not_run(tmp_path):
+    A = np.stack([I2 * (1 + 0.2 * k) for k in range(6)])
+    kw = dict(method="ott_antonsen", chunk_size=2, t1=40.0, num_save=81, progress=False)
+
+    def interrupt(c, info):
+        if c == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(A, I2, 1.0, np.arange(6), out_dir=tmp_path, on_chunk=interrupt, **kw)
+    part = SweepResult.load(tmp_path)
+    assert part.completed.tolist() == [True] * 4 + [False] * 2
+    assert list(part.regime_names) == ["clustering"] * 4 + ["not run"] * 2
+    assert np.all(part.regime[4:] == NOT_RUN) and np.isnan(part.R2[4:]).all()
+    assert part.counts()["not run"] == 2
+    # A chunk of another sweep in the folder is refused by name.
+    other = tmp_path / "other"
+    sweep(A, -I2, 1.0, np.arange(6), out_dir=other, **kw)
+    os.replace(other / "chunk_00000.npz", tmp_path / "chunk_00002.npz")
+    with pytest.raises(ValueError, match="different sweep"):
+        SweepResult.load(tmp_path)
+    (tmp_path / "members.npz").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="members.npz is missing or damaged"):
+        SweepResult.load(tmp_path)
+
+
+def test_failed_members_are_never_a_regime():
+    # One cell of three whose members all fail (non-finite V), one that fails for one init.
+    def family(s):
+        V = I2 if s < 1.5 else np.full((2, 2), np.nan)
+        return I2, V, 1.0
+
+    m = regime_map(
+        family,
+        {"s": np.array([0.0, 1.0, 2.0])},
+        method="ott_antonsen",
+        inits=2,
+        t1=30.0,
+        num_save=61,
+        progress=False,
+    )
+    assert m.failed[2].all() and not m.failed[:2].any()
+    assert np.all(m.regime[2] == FAILED)
+    assert m.dominant.tolist() == [CODE["clustering"], CODE["clustering"], -1]
+    assert m.failed_fraction.tolist() == [0.0, 0.0, 1.0]
+    assert m.fractions[2].sum() == 0 and not m.multistable[2]
+    assert m.predicted is None and m.boundaries == []
+    with pytest.raises(ValueError, match="unknown parameter"):
+        regime_map("case4", {"v13": [0.0, 1.0]}, method="ott_antonsen", progress=False)
+    with pytest.raises(ValueError, match="unknown family"):
+        regime_map("case5", {"v11": [0.0]}, progress=False)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        regime_map("case4", {"v11": [1.0, 0.0]}, progress=False)
+
+
+def test_auto_chunks_report_lockstep_efficiency():
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((48, 2, 2))
+    V = rng.standard_normal((48, 2, 2))
+    res = sweep(
+        A,
+        V,
+        1.0,
+        0,
+        method="ott_antonsen",
+        t1=30.0,
+        num_save=61,
+        time_scale="physical",
+        progress=False,
+    )
+    plan = res.plan
+    assert plan["group"] == "stiffness" and sum(plan["chunk_sizes"]) >= 48
+    assert 0 < res.lockstep_efficiency <= 1
+    assert res.environment["backend"] == jax.default_backend()
+    assert res.environment["dtype"] == "float64"
+    # Chunking changes no member: one whole-batch chunk gives the same numbers.
+    whole = sweep(
+        A,
+        V,
+        1.0,
+        0,
+        method="ott_antonsen",
+        t1=30.0,
+        num_save=61,
+        time_scale="physical",
+        chunk_size=None,
+        progress=False,
+    )
+    np.testing.assert_allclose(res.R2, whole.R2, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(res.regime, whole.regime)
+
+
+def test_chaos_label_from_lyapunov_exponents():
+    # Case 4 oscillation: closed orbits, λ₁ ≈ 0, never chaotic. Case 2 with V = diag(1, 0.3):
+    # clusters on V's top eigenvector, an isolated sink, λ₁ < 0 (with V = I every point of
+    # the circle is an equilibrium and λ₁ = 0).
+    res = sweep(
+        np.stack([I2, I2]),
+        np.stack([np.array([[0.3, 1.0], [-1.0, -0.3]]), np.diag([1.0, 0.3])]),
+        1.0,
+        0,
+        method="ott_antonsen",
+        t1=60.0,
+        num_save=121,
+        lyapunov=2,
+        progress=False,
+    )
+    assert "chaotic" not in set(res.regime_names)
+    lam, sig = res.evidence["lyapunov_max"], res.evidence["lyapunov_uncertainty"]
+    assert abs(lam[0]) < max(3 * sig[0], 1e-2)
+    assert lam[1] < -0.1 and sig[1] < 0.01
