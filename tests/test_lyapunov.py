@@ -15,6 +15,7 @@ from jaxattn.dynamics import (
     lyapunov_spectrum,
     lyapunov_spectrum_ott_antonsen,
 )
+from jaxattn.dynamics._chaos import poincare_section
 from jaxattn.dynamics._circle import tokens_from_angles
 from jaxattn.dynamics._ott_antonsen import _oa_rhs
 
@@ -202,3 +203,59 @@ def test_chaos_candidate_estimates_agree_across_starts_and_intervals():
         assert np.all(np.abs(lam[0] - lam[j]) <= 3 * np.hypot(sig[0], sig[j])), (lam, sig)
     assert np.all(np.abs(lam[:, 1]) <= 3 * sig[:, 1]), (lam, sig)
     assert np.all(np.asarray(sp.sum) < 0)
+
+
+def test_poincare_section_of_a_linear_flow_on_the_torus():
+    # θ1 = 0.3 − t, θ2 = 0.5 t, θ3 = 2: θ1 ≡ 0 (decreasing) at t = 0.3 + 2π m, where
+    # θ2 = 0.15 + π m; linear interpolation is exact here
+    ts = np.linspace(0.0, 40.0, 4001)
+    theta = np.stack([0.3 - ts, 0.5 * ts, np.full_like(ts, 2.0)], -1)
+    theta = np.mod(theta, 2 * np.pi)  # wrapped input, unwrapped inside
+    t, pts = poincare_section(ts, theta, index=0, direction=-1)
+    m = np.arange(len(t))
+    np.testing.assert_allclose(t, 0.3 + 2 * np.pi * m, atol=1e-9)
+    want = np.mod(0.15 + np.pi * m + np.pi, 2 * np.pi) - np.pi
+    np.testing.assert_allclose(pts[:, 0], want, atol=1e-9)
+    np.testing.assert_allclose(pts[:, 1], 2.0, atol=1e-12)
+    assert len(t) == 7  # 0.3 + 2π·6 = 38.0 < 40 < 0.3 + 2π·7
+    assert len(poincare_section(ts, theta, index=0, direction=1)[0]) == 0
+    with pytest.raises(ValueError, match="index"):
+        poincare_section(ts, theta, index=3)
+
+
+def test_plot_chaos_labels_every_axis_and_legend_entry():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from jaxattn.plot import plot_chaos
+
+    rng = np.random.default_rng(0)
+    times = np.linspace(1.0, 100.0, 50)
+    history = np.stack([0.2 + 1 / times, 0.1 / times, -3.8 - 1 / times], -1)
+    history[:5] = np.nan  # transient
+    section = dict(
+        ts=np.linspace(0, 50, 500),
+        theta=rng.uniform(-np.pi, np.pi, (500, 3)),
+        poincare=rng.uniform(-np.pi, np.pi, (20, 2)),
+        section="θ₁ ≡ 0 (mod 2π), crossed with θ₁ decreasing; (θ₂, θ₃) at the crossings",
+        times=times,
+        history=history,
+        exponents=np.array([[0.21, 0.001, -3.81]]),
+        uncertainty=np.array([[0.01, 0.005, 0.02]]),
+    )
+    fig = plot_chaos(section)
+    axes = [a for a in fig.axes if a.get_label() != "<colorbar>"]
+    assert len(axes) == 3
+    for ax in axes:
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+    colorbar = [a for a in fig.axes if a.get_label() == "<colorbar>"]
+    assert colorbar and colorbar[0].get_ylabel() == "time t"
+    assert [t.get_text() for t in axes[1].get_legend().get_texts()] == ["20 crossings"]
+    labels = [t.get_text() for t in axes[2].get_legend().get_texts()]
+    assert "running estimate λ1(t)" in labels and "zero" in labels
+    assert "λ1 = +0.2100 ± 0.0100" in labels and "λ3 = -3.8100 ± 0.0200" in labels
+    with pytest.raises(ValueError, match="lacks"):
+        plot_chaos({"ts": section["ts"]})
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -55,6 +55,12 @@ from ._hamiltonian import (
 from ._hamiltonian import (
     rotation_rate_on_circle as rotation_rate_on_circle,
 )
+from ._chaos import (
+    chaos_section as chaos_section,
+)
+from ._chaos import (
+    poincare_section as poincare_section,
+)
 from ._lyapunov import (
     LyapunovSpectrum as LyapunovSpectrum,
 )

@@ -1,6 +1,7 @@
 """Figures for jaxattn runs. matplotlib is imported when a figure is drawn; importing this
 package never changes the matplotlib backend."""
 
+from ._chaos import plot_chaos as plot_chaos
 from ._regime_map import (
     FAILED_COLOUR as FAILED_COLOUR,
 )
