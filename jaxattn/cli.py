@@ -9,6 +9,7 @@ import sys
 _COMMANDS = (
     ("jaxattn.dynamics._cli", "register"),  # simulate
     ("jaxattn.dynamics._cli_atlas", "register"),  # atlas
+    ("jaxattn.dynamics._cli_map", "register"),  # map
     ("jaxattn.plga._cli", "register"),  # plga train / generate
 )
 

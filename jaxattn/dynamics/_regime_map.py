@@ -476,8 +476,13 @@ def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     if predict is None:
         return []
     names = [n for n, _ in axes]
+    # The fine grid spans the cells' edges, not just their centres.
+    span = [
+        (v[0] - (v[1] - v[0]) / 2, v[-1] + (v[-1] - v[-2]) / 2) if v.size > 1 else (v[0], v[0])
+        for _, v in axes
+    ]
     if len(axes) == 1:
-        gx = np.linspace(axes[0][1][0], axes[0][1][-1], 4 * resolution + 1)
+        gx = np.linspace(*span[0], 4 * resolution + 1)
         code = _predict_at(build, predict, fixed, [{names[0]: float(x)} for x in gx])
         code = np.where(code == _ROTATING, _CLUSTERING, code)
         keep = code >= 0
@@ -488,8 +493,8 @@ def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     import contourpy
 
     # Different resolutions on the two axes keep the fine grid off diagonal lines.
-    gx = np.linspace(axes[0][1][0], axes[0][1][-1], resolution)
-    gy = np.linspace(axes[1][1][0], axes[1][1][-1], resolution - 2)
+    gx = np.linspace(*span[0], resolution)
+    gy = np.linspace(*span[1], resolution - 2)
     pts = [{names[0]: float(x), names[1]: float(y)} for y in gy for x in gx]
     code = _predict_at(build, predict, fixed, pts).reshape(gy.size, gx.size)
     code = np.where(code == _ROTATING, _CLUSTERING, code)
