@@ -64,7 +64,7 @@ class LyapunovSpectrum(eqx.Module):
     - `uncertainty` `(k,)`: a convergence estimate `σ_i`, the larger of
       (a) the block-averaging standard error: the averaging window is cut into
       `NUM_BLOCKS = 8` blocks of equal time, each gives a local exponent `λ_i^(b)`,
-      `σ_a = std_b(λ_i^(b)) / sqrt(8 − 1)`; and
+      `σ_a = s_b / sqrt(8)` with `s_b` their sample standard deviation (`ddof = 1`); and
       (b) the drift of the running estimate: `max |λ_i(t) − λ_i(T)|` over the save points `t`
       in the second half of the window.
       (a) is the statistical error of a stationary (chaotic) average; (b) catches slow

@@ -85,7 +85,7 @@ def plot_chaos(section: dict, path=None):
                 label=f"λ{i + 1} = {lam[i]:+.4f} ± {sig[i]:.4f}",
             )
     cx.axhline(0.0, color="0.5", lw=0.8, ls="--", label="zero")
-    cx.set_xlabel("time t (end of the averaging window)")
+    cx.set_xlabel("time t (estimate averaged from the end of the transient to t)")
     cx.set_ylabel("Lyapunov exponent estimate (1 / time)")
     cx.set_title("running Lyapunov estimates, band: final value ± uncertainty", fontsize=10)
     cx.legend(loc="center right", fontsize=7)
