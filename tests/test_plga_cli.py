@@ -228,3 +228,34 @@ def test_audit_writes_results_before_figures(tmp_path, capsys):
     assert np.asarray(report["g_lm"]["numerical_rank"]).ndim == 2
     assert main(["plga", "audit", "--g-lm", "--out", str(tmp_path / "ok")]) == 0
     assert (tmp_path / "ok" / "g_lm_singular_spectra.png").stat().st_size > 1000
+
+
+def test_generate_and_audit_say_which_step_they_fall_back_to(tmp_path, capsys):
+    """A corrupt newest step of a run directory: both commands load the previous good step and
+    say so in one line (here they then stop at the tokenizer check, before any compilation)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxattn.plga import PLDRLLM, PLDRLLMConfig
+    from jaxattn.plga._checkpoint import config_dict, save_checkpoint
+
+    cfg = PLDRLLMConfig(vocab_size=40, d_model=16, num_layers=1, num_heads=2, head_dim=8, dff=24,
+                        A_dff=12, num_reslayerA=1, num_denseA=1, context_length=16)  # fmt: skip
+    model = PLDRLLM(cfg, key=jax.random.key(0), dtype=jnp.float32)
+    extra = {"model_config": config_dict(cfg), "attention": "plga"}
+    for step in (5, 10):
+        save_checkpoint(tmp_path, step=step, data_position=0, model=model, opt_state={},
+                        manifest=extra)  # fmt: skip
+    blob = bytearray((tmp_path / "step_00000010" / "model.eqx").read_bytes())
+    blob[-1] ^= 0xFF
+    (tmp_path / "step_00000010" / "model.eqx").write_bytes(bytes(blob))
+    note = (
+        "using checkpoint step_00000005 (step 5); skipped unusable step_00000010: model.eqx is "
+        "corrupt (SHA-256 differs from the manifest)"
+    )
+    assert main(["plga", "generate", "--ckpt", str(tmp_path), "--prompt", "x"]) == 2
+    out = capsys.readouterr()
+    assert note in out.err.splitlines() and "the model 40" in out.err
+    assert main(["plga", "audit", "--ckpt", str(tmp_path), "--out", str(tmp_path / "a")]) == 2
+    out = capsys.readouterr()
+    assert out.out.splitlines()[0] == note and "the model 40" in out.err
