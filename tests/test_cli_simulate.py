@@ -114,3 +114,96 @@ def test_simulate_help_lists_presets(capsys):
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "case4-oscillating" in text and "--preset" in text
+
+
+def _run(tmp_path, *extra, name="run"):
+    out = tmp_path / name
+    rc = main(["simulate", "--n", "4", "--t1", "4", "--out", str(out), *extra])
+    return rc, out
+
+
+def test_simulate_documented_minimum_num_save_and_results_before_a_failed_figure(tmp_path, capsys):
+    """--num-save 20 (the documented minimum) used to solve and then fail in the
+    classifier's window check with nothing written; a figure whose path is blocked used to
+    lose summary.json. Now every save time is kept, the results are written first and the
+    figure failure is labelled (exit code 3)."""
+    out = tmp_path / "run"
+    (out / "tokens.png").mkdir(parents=True)  # a directory where a figure should go
+    rc, out = _run(tmp_path, "--num-save", "20", "--preset", "case4-clustering")
+    err = capsys.readouterr().err
+    assert rc == 3, err
+    assert "figures FAILED (results are written)" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parameters"]["num_save"] == 20
+    assert summary["figures_error"] and summary["result"]["successful"] is True
+    with np.load(out / "trajectory.npz") as z:
+        assert z["xs"].shape == (20, 4, 2)
+        env = json.loads(str(z["environment"]))
+    # where and how it ran (issue 14): backend, device count, matmul precision
+    import jax
+
+    assert summary["environment"]["backend"] == jax.default_backend() == env["backend"]
+    assert summary["environment"]["device_count"] == jax.device_count()
+    assert "matmul_precision" in summary["environment"]
+
+
+def test_simulate_usa_score_shift_auto_advice_and_frozen_runs(tmp_path, capsys):
+    usa = ["--kernel", "usa", "--preset", "identity", "--beta", "800", "--no-figures"]
+    # float64 overflow: the advice names the smallest shift and does not say "use float64"
+    rc, _ = _run(tmp_path, *usa, name="a")
+    err = capsys.readouterr().err
+    assert rc == 2 and "score_shift=445.109" in err and "solve in float64" not in err
+    assert "--score-shift auto" in err
+    # a shift so large that nothing moves is reported, not classified ("interior" before)
+    rc, out = _run(tmp_path, *usa, "--score-shift", "2000", name="b")
+    err = capsys.readouterr().err
+    assert rc == 1 and "frozen run: no token moved" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["regime"]["name"] == "undetermined" and summary["regime"]["frozen"]
+    assert summary["time"]["score_shift"] == 2000.0
+    # auto: time in units of the fastest initial pair of distinct tokens (its weight is 1),
+    # at least the smallest shift that fits; the run moves and is classified
+    rc, out = _run(tmp_path, *usa, "--score-shift", "auto", name="c")
+    summary = json.loads((out / "summary.json").read_text())
+    assert 800 - 0.5 * np.log(np.finfo(float).max) <= summary["time"]["score_shift"] < 800
+    assert summary["regime"]["frozen"] is None and summary["time"]["max_displacement"] > 1e-3
+    assert rc == 0, capsys.readouterr().err
+
+
+def test_simulate_single_token_is_reported_degenerate(tmp_path, capsys):
+    rc = main(
+        [
+            "simulate",
+            "--n",
+            "1",
+            "--t1",
+            "4",
+            "--num-save",
+            "20",
+            "--no-figures",
+            "--out",
+            str(tmp_path / "one"),
+        ]
+    )
+    assert rc == 0
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["regime"]["name"] == "undetermined"
+    assert summary["regime"]["degenerate"].startswith("n = 1")
+
+
+def test_simulate_unavailable_platform_is_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, JAX_PLATFORMS="cuda")
+    code = (
+        "import sys; from jaxattn.cli import main; "
+        f"sys.exit(main(['simulate', '--n', '4', '--out', {str(tmp_path / 'x')!r}]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if proc.returncode == 0:  # a machine with a GPU: nothing to refuse
+        pytest.skip("JAX_PLATFORMS=cuda is usable here")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "no usable JAX backend (JAX_PLATFORMS='cuda')" in proc.stderr

@@ -146,3 +146,134 @@ def test_environment_record():
     assert rec["matmul_precision"] == jax.config.jax_default_matmul_precision
     assert rec["x64"] is True  # the tests run in float64
     assert rec["jax"] == jax.__version__ and rec["diffrax"] == diffrax.__version__
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def test_search_refuses_tolerances_whose_gradient_is_wrong():
+    from jaxattn.dynamics._search import MAX_GRADIENT_TOL, regime_score, regime_search
+
+    assert MAX_GRADIENT_TOL == 1e-4
+    with pytest.raises(ValueError, match=r"rtol = 0.01 is above MAX_GRADIENT_TOL"):
+        regime_score(jnp.eye(2), jnp.eye(2), rtol=1e-2)
+    with pytest.raises(ValueError, match=r"atol = 0.001 is above MAX_GRADIENT_TOL"):
+        regime_search(jnp.zeros(2), lambda p: (jnp.eye(2), jnp.diag(p)), atol=1e-3)
+
+
+def test_search_stops_on_nonfinite_scores_with_the_last_good_parameters():
+    from jaxattn.dynamics._search import regime_search
+
+    def build(p):
+        # the flow is undefined (NaN) once max(p) > -0.45: the solve fails, the score is
+        # NaN (the search climbs max(p), the Case-2 clustering boundary is max(p) = 0)
+        V = jnp.diag(p)
+        return jnp.eye(2), jnp.where(jnp.max(p) > -0.45, jnp.nan, V)
+
+    kw = dict(target="clustering", learning_rate=0.1, max_iters=5, t1=4.0, num_save=9)
+    start = jnp.array([-1.0, -0.5])
+    res = regime_search(start, build, **kw)
+    assert res.status == "nonfinite_score" and not res.reached
+    np.testing.assert_array_equal(np.asarray(res.params), np.asarray(start))  # last good
+    assert np.all(np.isfinite(res.history["score"])) and len(res.history["score"]) == 1
+    bad = regime_search(jnp.array([-1.0, -0.3]), build, **kw)
+    assert bad.status == "nonfinite_start" and bad.steps == 1
+    assert len(bad.history["score"]) == 0
+    np.testing.assert_array_equal(np.asarray(bad.params), [-1.0, -0.3])
+
+
+# ----------------------------------------------------------------------------- degenerate n
+
+
+def test_single_token_is_degenerate_not_clustering():
+    from jaxattn.dynamics import REGIMES, classify_tokens
+
+    ts = jnp.linspace(0.0, 10.0, 41)
+    xs = jnp.stack([jnp.cos(0.1 * ts), jnp.sin(0.1 * ts)], -1)[:, None, :]  # one token
+    with pytest.warns(UserWarning, match="n = 1 token is a degenerate configuration"):
+        regime, ev = classify_tokens(ts, xs)
+    assert regime == REGIMES.undetermined  # used to be clustering with order 1
+    assert float(ev.final_order) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: __import__("jaxattn.dynamics", fromlist=["x"]).clustering_gap(
+                jnp.zeros((0, 3))
+            ),
+            "n >= 1 tokens.*n = 0",
+        ),
+        (
+            lambda: __import__("jaxattn.dynamics", fromlist=["x"]).cluster_structure(
+                jnp.zeros((0, 3))
+            ),
+            "n = 0 tokens",
+        ),
+        (
+            lambda: __import__("jaxattn.dynamics", fromlist=["x"]).order_parameter(
+                jnp.zeros((5, 0))
+            ),
+            r"n >= 1 angles.*\(n = 0\)",
+        ),
+    ],
+)
+def test_no_tokens_is_refused_by_name(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_find_transitions_skips_failed_members():
+    from jaxattn.dynamics import find_transitions
+
+    p = [0.0, 1.0, 2.0, 3.0, 4.0]
+    labels = ["clustering", "clustering", "undetermined", "clustering", "rotating"]
+    failed = [False, False, True, False, False]
+    # without the mask the failure reads as two regime changes
+    assert len(find_transitions(p, labels)) == 3
+    assert find_transitions(p, labels, failed=failed) == [(3.0, 4.0, "clustering", "rotating")]
+    # a change across a failed member is bracketed by the nearest good ones
+    labels2 = ["clustering", "clustering", "undetermined", "rotating", "rotating"]
+    assert find_transitions(p, labels2, failed=failed) == [(1.0, 3.0, "clustering", "rotating")]
+    with pytest.raises(ValueError, match="failed has 2 entries for 5"):
+        find_transitions(p, labels, failed=[True, False])
+
+
+# ----------------------------------------------------------------------------- atlas figures
+
+
+def test_atlas_figure_failure_is_recorded_not_raised(tmp_path, monkeypatch, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxattn.dynamics import _atlas
+
+    def plot_demo(data, path):
+        fig, ax = plt.subplots()
+        ax.plot(data)
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
+    blocked = tmp_path / "blocked.png"
+    blocked.mkdir()  # a directory where the PNG should go
+    _atlas._FIGURE_ERRORS.clear()
+    ok = _atlas._figure(plot_demo, [1, 2], str(tmp_path / "fine.png"))
+    assert ok == str(tmp_path / "fine.png") and (tmp_path / "fine.png").stat().st_size > 0
+    assert _atlas._figure(plot_demo, [1, 2], str(blocked)) == str(blocked)
+    (err,) = _atlas._FIGURE_ERRORS
+    assert err["figure"] == str(blocked) and err["plot"] == "plot_demo"
+    assert "IsADirectoryError" in err["error"]
+
+    # the command keeps the report and says so with exit code 3
+    from jaxattn.cli import main
+
+    def fake_run_atlas(**kw):
+        return dict(markdown=str(tmp_path / "atlas.md"), figure_errors=[err])
+
+    monkeypatch.setattr(_atlas, "run_atlas", fake_run_atlas)
+    assert main(["atlas", "--quick", "--out", str(tmp_path)]) == 3
+    assert f"figure not drawn: {blocked}" in capsys.readouterr().err

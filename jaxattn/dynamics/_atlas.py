@@ -229,7 +229,7 @@ def _section_cases(cfg, out, prog_bar):
         figs.append(fig)
     from ..plot._atlas import plot_cases
 
-    path = plot_cases(figs, os.path.join(out, "figures", "cases_d2.png"))
+    path = _figure(plot_cases, figs, os.path.join(out, "figures", "cases_d2.png"))
     timing = {m: dict(seconds=r.seconds, members=len(r.regime)) for m, r in res.items()}
     return dict(rows=rows, n=cfg.n_2d, t1_natural=cfg.t1_2d, timing=timing, figure=path)
 
@@ -435,7 +435,7 @@ def _section_maps(cfg, out, prog_bar):
         )
     from ..plot._atlas import plot_regime_maps
 
-    path = plot_regime_maps(maps, os.path.join(out, "figures", "regime_maps.png"))
+    path = _figure(plot_regime_maps, maps, os.path.join(out, "figures", "regime_maps.png"))
     return dict(maps=numbers, figure=path), maps
 
 
@@ -499,7 +499,7 @@ def _section_bifurcation(cfg, out, prog_bar):
     )
     from ..plot._atlas import plot_bifurcation
 
-    path = plot_bifurcation(diagram, os.path.join(out, "figures", "bifurcation_case4.png"))
+    path = _figure(plot_bifurcation, diagram, os.path.join(out, "figures", "bifurcation_case4.png"))
     return dict(
         family="A = I, V = [[v11, 1], [-1, -v11]]",
         saddle_nodes=folds,
@@ -563,7 +563,9 @@ def _section_hamiltonian(cfg, out):
         )
     from ..plot._atlas import plot_phase_portrait
 
-    path = plot_phase_portrait(portraits, os.path.join(out, "figures", "case4_phase_portrait.png"))
+    path = _figure(
+        plot_phase_portrait, portraits, os.path.join(out, "figures", "case4_phase_portrait.png")
+    )
     # Case 3: rotating clusters, rate measured against the circle integral.
     A3, V3 = PRESETS["case3-rotating"].A, PRESETS["case3-rotating"].V
     # Same shapes as above: one compiled function for every orbit of this section.
@@ -648,7 +650,8 @@ def _section_high_d(cfg, out, prog_bar):
             )
     from ..plot._atlas import plot_high_d
 
-    path = plot_high_d(
+    path = _figure(
+        plot_high_d,
         runs,
         os.path.join(out, "figures", "high_d.png"),
         title=f"d = {d}, n = {cfg.n_high}, uniform initial tokens: order ρ per case (ρ = 1: "
@@ -685,7 +688,8 @@ def _section_search(cfg, out, case2_map):
     pts = np.concatenate([path_pts, final[None]], 0)
     from ..plot._atlas import plot_search
 
-    fig = plot_search(
+    fig = _figure(
+        plot_search,
         dict(path=pts, score=res.history["score"], threshold=0.99, map=case2_map),
         os.path.join(out, "figures", "gradient_search.png"),
     )
@@ -761,7 +765,7 @@ def _section_glm(cfg, out, prog_bar):
                     row[f"{kernel}_{k}"] = v
     from ..plot._atlas import plot_glm
 
-    path = plot_glm(out_rows, os.path.join(out, "figures", "g_lm_heads.png"))
+    path = _figure(plot_glm, out_rows, os.path.join(out, "figures", "g_lm_heads.png"))
     counts = {
         k: {name: sum(1 for r in out_rows if r[k] == i) for i, name in enumerate(REGIME_NAMES)}
         for k in ("lsa", "usa")
@@ -800,6 +804,31 @@ def _fmt(x, nd=4):
             return "–"
         return f"{x:.{nd}g}"
     return str(x)
+
+
+# Figures that could not be drawn in the current `run_atlas` call (reset by it).
+_FIGURE_ERRORS: list = []
+
+
+def _figure(plot, *args, **kwargs):
+    """Draw one atlas figure. A plotting failure (a blocked path, a full disk, a broken
+    backend) is recorded — `report["figure_errors"]`, a note in `atlas.md`, exit code 3 of
+    `jaxattn atlas` — and never raised: the computed numbers must survive it. Returns the
+    figure's path either way (the intended path when it failed)."""
+    try:
+        return plot(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any plotting failure is reported, not raised
+        path = next((a for a in args if isinstance(a, str) and a.endswith(".png")), None)
+        _FIGURE_ERRORS.append(
+            dict(figure=path, plot=plot.__name__, error=f"{type(err).__name__}: {err}")
+        )
+        try:
+            import matplotlib.pyplot as plt
+
+            plt.close("all")
+        except Exception:  # noqa: BLE001
+            pass
+        return path
 
 
 def _write_markdown(report, out):
@@ -1011,6 +1040,7 @@ def run_atlas(
     all_sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm")
     sections = all_sections if sections is None else tuple(sections)
     os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
+    _FIGURE_ERRORS.clear()
     prog = _Progress(len(sections), progress)
     t0 = time.perf_counter()
     report: dict = dict(config=dataclasses.asdict(cfg))
@@ -1048,9 +1078,15 @@ def run_atlas(
         cpu_count=os.cpu_count(),
         date=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     )
+    report["figure_errors"] = list(_FIGURE_ERRORS)
     report = _jsonable(report)
     with open(os.path.join(out_dir, "atlas.json"), "w") as f:
         json.dump(report, f, indent=1)
     if set(all_sections) <= set(sections):
         report["markdown"] = _write_markdown(report, out_dir)
+        if report["figure_errors"]:
+            with open(report["markdown"], "a") as f:
+                f.write("\n## Figures that could not be drawn\n\n")
+                for e in report["figure_errors"]:
+                    f.write(f"- `{e['figure']}` ({e['plot']}): {e['error']}\n")
     return report

@@ -250,10 +250,35 @@ def saddle_node_on_circle(family: Callable, lo: float, hi: float, *, tol: float 
     return refine_transition(lambda p: has_circle_equilibrium(*family(p)), lo, hi, tol=tol)
 
 
-def find_transitions(params, labels) -> list[tuple[float, float, object, object]]:
-    """Brackets `(p_i, p_{i+1}, label_i, label_{i+1})` where a label changes along a path."""
+def find_transitions(params, labels, *, failed=None) -> list[tuple[float, float, object, object]]:
+    """Brackets `(p_i, p_j, label_i, label_j)` where the label changes between consecutive
+    members `i < j` of a path that did not fail.
+
+    **Arguments:** `params` the path's parameter values, shape `(m,)`; `labels` one label per
+    parameter (e.g. `REGIME_NAMES[code]`); `failed` an optional bool mask, shape `(m,)`, of
+    members whose solve failed (a sweep's `failed`). A failed member has no regime: it is
+    skipped, never a label of its own, so a failure between two equal labels is no
+    transition, and a change across failed members is bracketed by the nearest good ones.
+
+    **Returns:** a list of brackets, in path order.
+
+    **Raises:** `ValueError` if `labels` or `failed` does not match `params` in length.
+    """
+    m = len(params)
+    if len(labels) != m:
+        raise ValueError(
+            f"find_transitions: {len(labels)} labels for {m} parameters; need one each."
+        )
+    if failed is None:
+        failed = np.zeros(m, bool)
+    failed = np.asarray(failed, bool).reshape(-1)
+    if failed.shape[0] != m:
+        raise ValueError(
+            f"find_transitions: failed has {failed.shape[0]} entries for {m} parameters."
+        )
+    good = [i for i in range(m) if not failed[i]]
     out = []
-    for i in range(len(params) - 1):
-        if labels[i] != labels[i + 1]:
-            out.append((float(params[i]), float(params[i + 1]), labels[i], labels[i + 1]))
+    for i, j in zip(good[:-1], good[1:]):
+        if labels[i] != labels[j]:
+            out.append((float(params[i]), float(params[j]), labels[i], labels[j]))
     return out

@@ -97,9 +97,17 @@ def order_parameter(theta: Float[Array, "... n"], m: int = 2) -> Complex[Array, 
 
     **Returns:** complex array of shape `(...)`.
 
+    **Raises:** `ValueError` if `theta` has no axis or `n = 0` angles (the mean of no
+    phases is undefined; it used to be NaN).
+
     Source: Li et al. (2026), definition of `R₂`; Daido, Prog. Theor. Phys. 88 (1992).
     """
     theta = jnp.asarray(theta)
+    if theta.ndim == 0 or theta.shape[-1] == 0:
+        raise ValueError(
+            f"order_parameter: theta must have shape (..., n) with n >= 1 angles, got shape "
+            f"{theta.shape}" + (" (n = 0)." if theta.ndim else ".")
+        )
     return jnp.mean(jnp.exp(1j * m * theta), axis=-1)
 
 

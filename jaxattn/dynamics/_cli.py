@@ -20,6 +20,10 @@ examples:
   jaxattn simulate --A A.json --V V.npz --beta 2 --out runs/mine
 presets: """ + ", ".join(PRESETS)
 
+EXIT_CODES = """
+exit codes: 0 classified run; 1 the solve failed or the run cannot be classified (e.g. frozen
+  by a large --score-shift); 2 bad input; 3 results written but a figure could not be drawn"""
+
 
 def register(subparsers) -> None:
     """Add the `simulate` sub-command to the `jaxattn` parser."""
@@ -29,7 +33,7 @@ def register(subparsers) -> None:
         description="Solve dx_k/dt = P⊥_{x_k}((1/n) Σ_j w_kj V x_j) for n tokens on S^{d-1}\n"
         "from uniform random starts; write the trajectory (npz), a summary with the regime\n"
         "and its evidence (JSON) and figures (PNG) to the output folder.",
-        epilog=USAGE_EXAMPLES,
+        epilog=USAGE_EXAMPLES + EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -65,10 +69,13 @@ def register(subparsers) -> None:
     p.add_argument("--kernel", choices=("lsa", "usa", "sa"), default="lsa", help="attention kernel")
     p.add_argument(
         "--score-shift",
-        type=float,
+        type=_score_shift,
         default=0.0,
+        metavar="SHIFT|auto",
         help="USA only: subtract this from every score, i.e. rescale time by exp(shift) "
-        "(needed when beta*sigma_max(A) passes the range of exp)",
+        "(needed when beta*sigma_max(A) passes the range of exp); 'auto' = 0 when the "
+        "scores fit, else the largest initial score (time in units of the fastest initial "
+        "pair), at least beta*sigma_max(A) - log(float max)/2",
     )
     p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
     p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
@@ -80,6 +87,36 @@ def register(subparsers) -> None:
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--out", default="runs/simulate", help="output folder (default runs/simulate)")
     p.set_defaults(run=run)
+
+
+def _score_shift(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+    if not np.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def check_backend(command: str) -> None:
+    """Start JAX's backend now and turn a failure (e.g. `JAX_PLATFORMS=cuda` on a machine
+    without a GPU: a bare `AssertionError` deep inside JAX) into a one-line `ValueError`
+    naming the variable."""
+    import os
+
+    import jax
+
+    try:
+        jax.devices()
+    except (RuntimeError, AssertionError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(
+            f"no usable JAX backend (JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')!r}): "
+            f"{first}. Unset JAX_PLATFORMS or name a platform this machine has (e.g. cpu)."
+        ) from None
 
 
 def _load_matrix(path: str, name: str) -> np.ndarray:
@@ -163,6 +200,8 @@ def _resolve(args):
         raise ValueError(f"--n must be at least 1, got {args.n}.")
     if args.num_save < 20:
         raise ValueError(f"--num-save must be at least 20, got {args.num_save}.")
+    if args.max_steps < 1:
+        raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}.")
     return pre, A, V, float(beta), float(t1)
 
 
@@ -181,14 +220,15 @@ def run(args) -> int:
 def _run(args) -> int:
     t_start = time.perf_counter()
     pre, A, V, beta, t1 = _resolve(args)
+    check_backend("simulate")
     import jax
     import jax.numpy as jnp
     from tqdm.auto import tqdm
 
     from ..plot import save_trajectory_figures
     from ..sphere import sample_uniform
-    from ._regimes import REGIMES, classify_regime, regime_name
-    from ._solve import RESULTS, simulate
+    from ._regimes import REGIMES, _window_start, classify_regime, regime_name
+    from ._solve import RESULTS, environment_record, simulate, usa_score_shift
     from ._theory import stated_prediction
     from ._vector_field import AttentionDynamics
 
@@ -204,18 +244,38 @@ def _run(args) -> int:
         f"t1={t1:g}, {jnp.dtype(dtype).name} -> {out}"
     )
 
+    # the classifier's late window must hold enough save times: checked before solving
+    _window_start(args.num_save, 0.5)
+    field = AttentionDynamics(
+        jnp.asarray(A, dtype), jnp.asarray(V, dtype), beta=beta, kernel=args.kernel
+    )
+    shift = args.score_shift
+    if shift == "auto":
+        shift = 0.0
+        if args.kernel == "usa" and usa_score_shift(field, dtype) > 0:
+            # the smallest shift that fits can leave the top weights at exp(log(max)/2): a
+            # hopelessly stiff run. Measure time in units of the fastest initial pair instead.
+            first = sample_uniform(jax.random.key(args.seed), n, d, dtype=dtype)
+            s = field.scores(first)  # self-scores move nothing (the field is tangent)
+            top = float(jnp.max(jnp.where(jnp.eye(n, dtype=bool), -jnp.inf, s))) if n > 1 else 0.0
+            shift = max(usa_score_shift(field, dtype), top)
+    if shift and args.kernel != "usa":
+        raise ValueError(
+            f"--score-shift applies to the USA kernel only, got --kernel {args.kernel}."
+        )
     field = AttentionDynamics(
         jnp.asarray(A, dtype),
         jnp.asarray(V, dtype),
         beta=beta,
         kernel=args.kernel,
-        score_shift=args.score_shift,
+        score_shift=float(shift),
     )
     x0 = sample_uniform(jax.random.key(args.seed), n, d, dtype=dtype)
     # Solve in equal chunks (one compilation, reused) so progress can be shown.
-    chunks = 10
-    per = (args.num_save - 1) // chunks
-    num_save = per * chunks + 1
+    chunks = min(10, args.num_save - 1)
+    # chunk c covers the save indices bounds[c] .. bounds[c + 1] (all --num-save times kept)
+    bounds = np.linspace(0, args.num_save - 1, chunks + 1).round().astype(int)
+    num_save = args.num_save
     ts_all = np.linspace(0.0, t1, num_save)
     xs, steps, accepted, rejected, drift = [np.asarray(x0)[None]], 0, 0, 0, 0.0
     t_solve = time.perf_counter()
@@ -229,7 +289,7 @@ def _run(args) -> int:
         disable=not sys.stderr.isatty(),
     )
     for c in bar:
-        ts = jnp.asarray(ts_all[c * per : (c + 1) * per + 1], dtype)
+        ts = jnp.asarray(ts_all[bounds[c] : bounds[c + 1] + 1], dtype)
         traj = simulate(
             field,
             x,
@@ -270,8 +330,27 @@ def _run(args) -> int:
         initial_deviation=jnp.asarray(0.0, dtype),
     )
     ok = bool(full.result == RESULTS.successful)
-    if ok:
-        regime, evidence = jax.jit(classify_regime)(full)
+    # With a score shift the horizon t1 covers only the physical time t1·exp(−shift); a run
+    # in which no token moves at all is frozen by that rescaling: reported, not classified.
+    moved = float(np.nanmax(np.linalg.norm(xs.astype(np.float64) - xs[:1], axis=-1)))
+    frozen = None
+    if ok and float(shift) > 0 and not moved > float(np.sqrt(np.finfo(dtype).eps)):
+        frozen = (
+            f"no token moved (largest displacement {moved:.3g} over the run): score_shift = "
+            f"{float(shift):.6g} rescales time by exp({float(shift):.4g}), so t1 = {t1:g} covers "
+            f"only the physical time {t1 * np.exp(-float(shift)):.3g}; not classified. Use a "
+            f"smaller --score-shift (auto = {usa_score_shift(field, dtype):.6g}), float64, or a "
+            f"horizon of order exp(score_shift)."
+        )
+    degenerate = None
+    if ok and frozen is None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # n = 1 is reported in the summary instead
+            regime, evidence = jax.jit(classify_regime)(full)
+        if n == 1:
+            degenerate = "n = 1: a single token is not a cluster; the regime is undetermined."
     else:
         regime, evidence = REGIMES.undetermined, None
     name = regime_name(regime)
@@ -282,7 +361,17 @@ def _run(args) -> int:
         prediction = None
     on_sphere = float(np.nanmax(np.abs(np.linalg.norm(xs.astype(np.float64), axis=-1) - 1)))
 
-    np.savez_compressed(out / "trajectory.npz", ts=ts_done, xs=xs, A=A, V=V, beta=beta)
+    environment = environment_record()
+    np.savez_compressed(
+        out / "trajectory.npz",
+        ts=ts_done,
+        xs=xs,
+        A=A,
+        V=V,
+        beta=beta,
+        score_shift=float(shift),
+        environment=json.dumps(environment),
+    )
     summary = {
         "command": "simulate",
         "parameters": {
@@ -310,7 +399,15 @@ def _run(args) -> int:
             "name": name,
             "description": REGIMES[regime],
             "evidence": None if evidence is None else evidence.as_dict(),
+            "frozen": frozen,
+            "degenerate": degenerate,
         },
+        "time": {
+            "score_shift": float(shift),
+            "physical_horizon": t1 * float(np.exp(-float(shift))),
+            "max_displacement": moved,
+        },
+        "environment": environment,
         "expected_regime": pre.expected
         if label != "custom" and args.kernel == "lsa" and d == 2
         else None,
@@ -319,18 +416,32 @@ def _run(args) -> int:
         "steps": {"num_steps": steps, "accepted": accepted, "rejected": rejected},
         "timing_s": {"solve_including_compile": round(t_solve, 3)},
     }
-    figures = []
+    # Results first: a figure that cannot be drawn or written loses nothing computed.
+    summary["figures"] = []
+    summary["figures_error"] = None
+    summary["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    figures, figure_error = [], None
     if not args.no_figures:
         import matplotlib
 
         matplotlib.use("Agg")  # this command only writes PNG files
         _progress("  drawing figures")
-        figures = [
-            str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")
-        ]
-    summary["figures"] = figures
-    summary["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        try:
+            figures = [
+                str(p) for p in save_trajectory_figures(ts_done, xs, out, title=f"{label}, {name}")
+            ]
+        except Exception as err:  # noqa: BLE001 - any plotting failure is reported, not raised
+            figure_error = f"{type(err).__name__}: {err}"
+            _progress(f"  figures FAILED (results are written): {figure_error}")
+        summary["figures"] = figures
+        summary["figures_error"] = figure_error
+        summary["timing_s"]["total"] = round(time.perf_counter() - t_start, 3)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if frozen:
+        _progress(f"frozen run: {frozen}")
+    if degenerate:
+        _progress(degenerate)
     _progress(
         f"regime: {name} | result: {summary['result']['code']} | steps {steps} | "
         f"sphere drift {drift:.1e} | {summary['timing_s']['total']:.1f}s"
@@ -339,7 +450,9 @@ def _run(args) -> int:
         f"wrote {out / 'trajectory.npz'}, {out / 'summary.json'}"
         + (f", {len(figures)} figures" if figures else "")
     )
-    return 0 if ok else 1
+    if not ok or frozen:
+        return 1
+    return 3 if figure_error else 0
 
 
 def _result_name(result) -> str:

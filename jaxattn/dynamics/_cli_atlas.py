@@ -12,7 +12,8 @@ def register(subparsers) -> None:
         description="Run the regime atlas on built-in inputs (the paper's cases, regime maps "
         "with theory overlaid, bifurcations, the Case-4 Hamiltonian, d = 100 runs, a "
         "gradient-based boundary crossing, and the learned G_LM heads of PLDR-LLM "
-        "v51-110M-1) and write DIR/atlas.md, DIR/atlas.json and DIR/figures/.",
+        "v51-110M-1) and write DIR/atlas.md, DIR/atlas.json and DIR/figures/. Exit code 3: "
+        "the report is written but a figure could not be drawn (listed in atlas.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
@@ -44,7 +45,9 @@ def _run_atlas(args) -> int:
     import matplotlib
 
     from ._atlas import run_atlas
+    from ._cli import check_backend
 
+    check_backend("atlas")
     matplotlib.use("Agg")  # this command only writes PNG files
 
     t = time.perf_counter()
@@ -55,4 +58,8 @@ def _run_atlas(args) -> int:
         f"({'quick' if args.quick else 'full'} mode, {jax.default_backend()}).",
         file=sys.stdout,
     )
-    return 0
+    errors = report.get("figure_errors") or []
+    for e in errors:
+        print(f"jaxattn atlas: figure not drawn: {e['figure']}: {e['error']}", file=sys.stderr)
+    # 3: every number is written (atlas.json, atlas.md) but a figure could not be drawn
+    return 3 if errors else 0

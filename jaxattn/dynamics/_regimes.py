@@ -12,6 +12,8 @@ Everything here is traceable: no Python control flow on values, so `classify_reg
 finite gradients everywhere, including at exact consensus (all tokens equal).
 """
 
+import warnings
+
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
@@ -363,7 +365,16 @@ def clustering_gap(xs: Float[Array, "... n d"]) -> Float[Array, "..."]:
     **Arguments:** `xs` tokens of shape `(..., n, d)` (normalised before use).
 
     **Returns:** the gap, shape `(...)`.
+
+    **Raises:** `ValueError` if `xs` has fewer than two axes or `n = 0` tokens (the gap of no
+    tokens is undefined; it used to be NaN).
     """
+    xs = jnp.asarray(xs)
+    if xs.ndim < 2 or xs.shape[-2] == 0:
+        raise ValueError(
+            f"clustering_gap: xs must have shape (..., n, d) with n >= 1 tokens, got shape "
+            f"{xs.shape} (n = {xs.shape[-2] if xs.ndim >= 2 else 'none'})."
+        )
     return _gap_from_moment(_moment(normalise(xs)))
 
 
@@ -416,11 +427,16 @@ def cluster_structure(
     **Arguments:** `x` tokens of shape `(n, d)`; `cluster_tol` a chordal distance.
 
     **Returns:** `(num_clusters, antipodal_pairs)` as int32 scalars (zero for NaN tokens).
+
+    **Raises:** `ValueError` for a shape other than `(n, d)` with `d ≥ 2`, or `n = 0` (no
+    tokens have no cluster structure; it used to return `(0, 0)`).
     """
     if jnp.ndim(x) != 2 or jnp.shape(x)[1] < 2:
         raise ValueError(
             f"cluster_structure: x must have shape (n, d) with d >= 2, got {jnp.shape(x)}."
         )
+    if jnp.shape(x)[0] == 0:
+        raise ValueError(f"cluster_structure: x has n = 0 tokens, shape {jnp.shape(x)}.")
     x = normalise(x)
     n, d = x.shape
     if d == 2:
@@ -552,7 +568,10 @@ def classify_regime(
     (`cluster_structure`) is reported as evidence; clusters are not required to be
     antipodal (USA and SA with `A = V = I` form one cluster).
 
-    A failed or rejected run (NaN tokens) is `undetermined`. Jit-, vmap- and grad-safe.
+    A failed or rejected run (NaN tokens) is `undetermined`. So is a single token (`n = 1`):
+    a degenerate configuration, not a cluster (its gap is zero by definition), reported as
+    `undetermined` with a `UserWarning` at trace time, whatever it does. Jit-, vmap- and
+    grad-safe.
 
     **Arguments:**
 
@@ -606,6 +625,14 @@ def classify_tokens(
         )
     if xs.shape[1] < 1 or xs.shape[2] < 2:
         raise ValueError(f"{where}: need n >= 1 tokens in d >= 2, got xs of shape {xs.shape}.")
+    if xs.shape[1] == 1:
+        warnings.warn(
+            f"{where}: n = 1 token is a degenerate configuration (one token is not a cluster; "
+            f"its clustering gap is zero by definition); the regime is reported as "
+            f"undetermined.",
+            UserWarning,
+            stacklevel=2,
+        )
     if not jnp.issubdtype(xs.dtype, jnp.floating):
         raise ValueError(f"{where}: xs must be real floating point, got dtype {xs.dtype}.")
     _check_times(where, ts)
@@ -649,7 +676,7 @@ def classify_tokens(
         signal = jnp.sum(dev * direction, axis=(-2, -1)) / jnp.where(norm > 0, norm, 1)
     rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0) :])[2])
     num, pairs = cluster_structure(xs[-1], cluster_tol=cluster_tol)
-    return _decide(
+    regime, evidence = _decide(
         ts=ts,
         gap=gap,
         motion=rule_motion,
@@ -664,3 +691,6 @@ def classify_tokens(
         gap_floor=gap_floor,
         rest_tol=rest_tol,
     )
+    if xs.shape[1] == 1:  # degenerate: see the warning above
+        regime = REGIMES.where(jnp.ones((), bool), REGIMES.undetermined, regime)
+    return regime, evidence

@@ -14,6 +14,22 @@ a fixed number of stored states, so the memory of a gradient does not grow with 
 (measured in `experiments/bench_sweep.py`: 15.2 MiB for n = 256, d = 64, t1 = 100 at both
 `max_steps` = 1024 and 4096 with 32 checkpoints, against 18.4 → 35.6 MiB with diffrax's
 default `log(max_steps)` rule).
+
+**Tolerance limit.** The gradient is that of the computed solution, so it is only as good as
+the solve: relative error of `jax.grad` of the `"order"` score against the gradient of a
+tight solve (rtol 1e-12, itself equal to central differences to 3e-9), `t1 = 20`,
+`atol = rtol/100`, measured in `experiments`-style runs (OA: d = 2 LSA; particles: n = 16):
+
+| rtol  | OA (LSA) | particles LSA | particles SA |
+|-------|----------|---------------|--------------|
+| 1e-2  | 3.3e-2   | 4.3e-1        | 3.6e-1       |
+| 1e-3  | 2.8e-3   | 2.5e-2        | 1.3e-2       |
+| 1e-4  | 1.0e-3   | 4.4e-4        | 3.3e-4       |
+| 1e-5  | 5.0e-5   | 3.8e-5        | 2.7e-5       |
+| 1e-6  | 2.3e-6   | 2.2e-6        | 2.5e-6       |
+
+`regime_score` and `regime_search` therefore refuse `rtol` or `atol` above
+`MAX_GRADIENT_TOL = 1e-4` (gradient error ≤ 0.1 % above; up to 43 % at 1e-2).
 """
 
 import dataclasses
@@ -32,7 +48,26 @@ from ._ott_antonsen import solve_ott_antonsen
 from ._solve import simulate
 from ._vector_field import AttentionDynamics
 
-__all__ = ["regime_score", "regime_search", "SearchResult"]
+__all__ = ["regime_score", "regime_search", "SearchResult", "MAX_GRADIENT_TOL"]
+
+MAX_GRADIENT_TOL = 1e-4
+
+
+def _check_gradient_tol(where, rtol, atol):
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        try:
+            v = float(value)
+        except TypeError:  # traced: cannot be checked
+            continue
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{where}: {name} must be a finite positive number, got {value}.")
+        if v > MAX_GRADIENT_TOL:
+            raise ValueError(
+                f"{where}: {name} = {value} is above MAX_GRADIENT_TOL = {MAX_GRADIENT_TOL:g}: "
+                f"the gradient through the solve is then off by up to 43 % (rtol 1e-2) against "
+                f"finite differences (table in jaxattn.dynamics._search). Use {name} <= 1e-5 "
+                f"for gradients good to ~5e-5."
+            )
 
 
 def _late_ts(t1, num_save, window, dtype):
@@ -63,8 +98,14 @@ def regime_score(
     `method="particles"` solves the particle flow from `x0` (shape `(n, d)`, any d and
     kernel). The score is the time average over the late `window` of the horizon `t1`.
 
-    **Returns:** a scalar, differentiable in `A`, `V`, `beta` (and `R0`/`x0`).
+    **Returns:** a scalar, differentiable in `A`, `V`, `beta` (and `R0`/`x0`); NaN when the
+    solve failed (`throw=False` inside).
+
+    **Raises:** `ValueError` for an unknown `method`/`score`, a missing `x0`, or `rtol`/`atol`
+    above `MAX_GRADIENT_TOL` (the gradient would be off by more than ~0.1 %, see the module
+    docstring).
     """
+    _check_gradient_tol("regime_score", rtol, atol)
     A = jnp.asarray(A)
     V = jnp.asarray(V)
     dtype = jnp.result_type(A.dtype, V.dtype, float)
@@ -120,9 +161,14 @@ def regime_score(
 class SearchResult:
     """History of a regime search.
 
-    **Fields:** `params` (the final parameter pytree), `A`, `V` (final matrices),
-    `history` (dict of NumPy arrays over the optimisation steps: `score`, `loss`, and
-    `params` flattened per step), `steps` (steps taken), `reached` (bool: target met).
+    **Fields:** `params` (the final parameter pytree: the last parameters with a finite
+    score and gradient), `A`, `V` (final matrices), `history` (dict of NumPy arrays over the
+    optimisation steps: `score`, `loss`, and `params` flattened per step), `steps` (steps
+    taken), `reached` (bool: target met), `status`: why the search stopped — `"reached"`,
+    `"max_iters"`, `"nonfinite_start"` (the score at the start is NaN/inf, e.g. a failed
+    solve: `params` are the start), `"nonfinite_score"` (a step led to a NaN/inf score:
+    `params` are the last ones with a finite score) or `"nonfinite_gradient"` (the gradient
+    at `params` is not finite).
     """
 
     params: object
@@ -131,6 +177,7 @@ class SearchResult:
     history: dict
     steps: int
     reached: bool
+    status: str = "max_iters"
 
 
 def regime_search(
@@ -167,10 +214,17 @@ def regime_search(
     until `|score − boundary_level| < tol`. One compiled `value_and_grad` step is reused
     for every iteration.
 
+    A non-finite score (e.g. a failed solve) or gradient stops the search at once; the
+    result holds the last parameters with a finite score and says why in `status`.
+
     **Returns:** a `SearchResult`.
+
+    **Raises:** `ValueError` for an unknown `target`, or `rtol`/`atol` above
+    `MAX_GRADIENT_TOL`.
     """
     if target not in ("clustering", "no_clustering", "boundary"):
         raise ValueError(f"regime_search: unknown target {target!r}.")
+    _check_gradient_tol("regime_search", rtol, atol)
     optimiser = optax.adam(learning_rate) if optimiser is None else optimiser
 
     def loss_fn(p):
@@ -200,8 +254,11 @@ def regime_search(
     @eqx.filter_jit
     def step(p, opt_state):
         (loss, s), g = eqx.filter_value_and_grad(loss_fn, has_aux=True)(p)
+        finite_g = jnp.all(
+            jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(g)])
+        )
         updates, opt_state = optimiser.update(g, opt_state, p)
-        return eqx.apply_updates(p, updates), opt_state, loss, s
+        return eqx.apply_updates(p, updates), opt_state, loss, s, finite_g
 
     opt_state = optimiser.init(eqx.filter(params, eqx.is_array))
 
@@ -214,11 +271,19 @@ def regime_search(
 
     hist = dict(score=[], loss=[], params=[])
     reached = False
+    status = "max_iters"
+    last_good = params
     it = 0
     for it in range(1, max_iters + 1):
         flat = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(params)])
-        new_params, new_state, loss, s = step(params, opt_state)
+        new_params, new_state, loss, s, finite_g = step(params, opt_state)
         s = float(s)
+        if not (np.isfinite(s) and np.isfinite(float(loss))):
+            # `params` has no finite score: return the previous parameters, the last with a
+            # finite score (at the start there are none: the start is returned).
+            status = "nonfinite_start" if it == 1 else "nonfinite_score"
+            params = last_good
+            break
         hist["score"].append(s)
         hist["loss"].append(float(loss))
         hist["params"].append(flat)
@@ -226,7 +291,12 @@ def regime_search(
             callback(it, params, s)
         if done(s):
             reached = True
+            status = "reached"
             break
+        if not bool(finite_g):
+            status = "nonfinite_gradient"
+            break
+        last_good = params
         params, opt_state = new_params, new_state
     A, V = build(params)
     return SearchResult(
@@ -236,6 +306,7 @@ def regime_search(
         history={k: np.asarray(v) for k, v in hist.items()},
         steps=it,
         reached=reached,
+        status=status,
     )
 
 
