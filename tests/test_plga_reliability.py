@@ -383,3 +383,21 @@ def test_training_reports_score_overflow(data, tmp_path):
     train(Bigram(32000, key=jax.random.key(0)), data, _tc(steps=2), out_dir=tmp_path / "s",
           progress=False, log=msgs.append)  # fmt: skip
     assert not any("overflow" in m for m in msgs)
+
+
+def test_version_1_checkpoint_loads_with_a_warning(tmp_path):
+    saved = Pair(a=jnp.arange(3.0, dtype=jnp.float32), b=jnp.ones(3, jnp.float32))
+    step = save_checkpoint(tmp_path, step=1, data_position=0, model=saved, opt_state={})
+    manifest = json.loads((step / "manifest.json").read_text())
+    del manifest["leaves"]
+    manifest["format_version"] = 1
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(
+        UserWarning, match="records no leaf paths; model.eqx is loaded by leaf order"
+    ):
+        back, _, _ = load_checkpoint(step, like_model=saved)
+    assert bool(eqx.tree_equal(back, saved))
+    manifest["format_version"] = 3
+    (step / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="format version 3; this jaxattn reads versions 1, 2"):
+        load_checkpoint(step, like_model=saved)
