@@ -51,6 +51,11 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
     assert main(["plga", "train", "--out", str(tmp_path / "r"), "--seq-len", "4096"]) == 2
     assert "context length 128" in capsys.readouterr().err
 
+    for flag, value in (("--clip", "-1"), ("--lr", "nan"), ("--weight-decay", "inf")):
+        assert main(["plga", "train", "--out", str(tmp_path / "r"), flag, value]) == 2
+        assert f"error: {flag}: TrainConfig." in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before anything is written
+
     assert main(["plga", "generate", "--ckpt", str(tmp_path / "none"), "--prompt", "x"]) == 2
     assert "no such directory" in capsys.readouterr().err
 

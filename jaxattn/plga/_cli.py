@@ -225,22 +225,7 @@ def run_train(args) -> int:
         raise ValueError(
             f"--seq-len {seq_len} must be between 1 and the context length {config.context_length}"
         )
-    tc = TrainConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        seq_len=seq_len,
-        learning_rate=args.lr,
-        warmup_steps=args.warmup,
-        final_lr_fraction=args.final_lr_fraction,
-        weight_decay=args.weight_decay,
-        clip_value=args.clip,
-        dag_coefficients=tuple(args.dag),
-        compute_dtype=args.dtype,
-        seed=args.seed,
-        checkpoint_every=args.ckpt_every,
-        eval_every=args.eval_every,
-        keep_checkpoints=args.keep,
-    )
+    tc = _train_config(TrainConfig, args, seq_len)
     data = load_text_data(
         tokenizer, args.text, seq_len=seq_len, val_fraction=args.val_fraction, pad_id=config.pad_id
     )
@@ -306,6 +291,44 @@ def run_train(args) -> int:
         print(f"final: step {result.step}, {val}{result.seconds / 60:.1f} min")
     print(_run_size(out), file=sys.stderr)
     return 0 if _loss_figure(out, data.unigram_entropy) else 1
+
+
+_TRAIN_FLAGS = {
+    "steps": "--steps", "batch_size": "--batch-size", "seq_len": "--seq-len",
+    "learning_rate": "--lr", "warmup_steps": "--warmup", "final_lr_fraction": "--final-lr-fraction",
+    "weight_decay": "--weight-decay", "clip_value": "--clip", "dag_coefficients": "--dag",
+    "seed": "--seed", "checkpoint_every": "--ckpt-every", "eval_every": "--eval-every",
+    "keep_checkpoints": "--keep-last",
+}  # fmt: skip
+
+
+def _train_config(TrainConfig, args, seq_len):
+    """The `TrainConfig` of the command line; a refused value names its flag."""
+    try:
+        return _make_train_config(TrainConfig, args, seq_len)
+    except ValueError as err:
+        field = str(err).removeprefix("TrainConfig.").split(" ", 1)[0]
+        flag = _TRAIN_FLAGS.get(field)
+        raise ValueError(f"{flag}: {err}" if flag else str(err)) from None
+
+
+def _make_train_config(TrainConfig, args, seq_len):
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seq_len=seq_len,
+        learning_rate=args.lr,
+        warmup_steps=args.warmup,
+        final_lr_fraction=args.final_lr_fraction,
+        weight_decay=args.weight_decay,
+        clip_value=args.clip,
+        dag_coefficients=tuple(args.dag),
+        compute_dtype=args.dtype,
+        seed=args.seed,
+        checkpoint_every=args.ckpt_every,
+        eval_every=args.eval_every,
+        keep_checkpoints=args.keep,
+    )
 
 
 def _megabytes(n: float) -> str:

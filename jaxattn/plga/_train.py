@@ -100,6 +100,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be >= {low}, got {value!r}")
             object.__setattr__(self, name, int(value))
 
+        inf = math.inf
+
         def real(name, low, high, *, low_open=False, high_open=False):
             value = getattr(self, name)
             try:
@@ -109,7 +111,7 @@ class TrainConfig:
             bad = not math.isfinite(x) or x < low or x > high
             bad = bad or (low_open and x == low) or (high_open and x == high)
             if bad:
-                lo, hi = "(" if low_open else "[", ")" if high_open else "]"
+                lo, hi = "(" if low_open else "[", ")" if high_open or high == inf else "]"
                 raise ValueError(
                     f"TrainConfig.{name} must be a finite number in {lo}{low}, {high}{hi}, "
                     f"got {value!r}"
@@ -120,7 +122,6 @@ class TrainConfig:
             integer(name, 1)
         for name in ("warmup_steps", "seed", "checkpoint_every", "eval_every", "keep_checkpoints"):
             integer(name, 0)
-        inf = math.inf
         real("learning_rate", 0.0, inf, low_open=True)
         real("final_lr_fraction", 0.0, 1.0)
         real("b1", 0.0, 1.0, high_open=True)
