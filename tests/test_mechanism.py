@@ -283,3 +283,31 @@ def test_figures_label_axes_and_legends(tmp_path):
     assert texts[-1] == "contraction threshold 1"
     texts = [t.get_text() for t in figs["regimes"].axes[-1].get_legend().texts]
     assert texts == ["clustering", "rotating"]
+
+
+@pytest.mark.slow
+def test_cli_audit_reports_the_mechanism(tmp_path, capsys):
+    """`jaxattn plga audit --ckpt` prints the three stages, stores their summaries in
+    audit.json and draws one figure each."""
+    import json
+
+    from jaxattn.cli import main
+
+    micro = ["--set", "d_model=16", "--set", "num_layers=1", "--set", "num_heads=2"]
+    micro += ["--set", "head_dim=8", "--set", "dff=32", "--set", "A_dff=16"]
+    micro += ["--set", "num_reslayerA=2", "--set", "num_denseA=1", "--set", "context_length=32"]
+    run = tmp_path / "run"
+    argv = ["plga", "train", "--out", str(run), *micro, "--seq-len", "16", "--batch-size", "2"]
+    argv += ["--steps", "2", "--warmup", "1", "--ckpt-every", "2", "--no-progress"]
+    assert main(argv) == 0
+    out = tmp_path / "audit"
+    argv = ["plga", "audit", "--ckpt", str(run), "--out", str(out), "--num-prompts", "3"]
+    assert main(argv + ["--seq-len", "16", "--new-tokens", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "collapse mechanism (S = 16" in text and "concentration exponent" in text
+    report = json.loads((out / "audit.json").read_text())["checkpoint"]["mechanism"]
+    assert set(report) == {"twirl", "concentration", "contraction"}
+    assert report["twirl"]["lengths"][-1] == 16
+    assert len(report["contraction"]["contracting_fraction"]) == 1
+    for name in ("twirl", "concentration", "contraction"):
+        assert (out / f"{name}.png").stat().st_size > 1000

@@ -229,8 +229,9 @@ class ConcentrationAudit(eqx.Module):
     - `lengths` `(S,)`;
     - `deviation` `(prompts, S, *batch)`: `‖D̂_p − D̄‖_F / ‖D̄‖_F`;
     - `spread` `(S, *batch)`: `√(mean_p ‖D̂_p − D̄‖²_F) / ‖D̄‖_F`;
-    - `band` `(S, *batch, 2)`: 2.5 % and 97.5 % bootstrap quantiles of `spread` over
-      prompts resampled with replacement;
+    - `band` `(S, *batch, 2)`: 2.5 % and 97.5 % quantiles of `spread` under the Bayesian
+      bootstrap over prompts (Dirichlet(1, …, 1) prompt weights; Rubin 1981), which, unlike
+      resampling with replacement, never collapses to a single prompt when there are few;
     - `exponent` `(*batch)`: least-squares slope of `log spread` against `log S` (the law of
       large numbers gives `−1/2`); `exponent_ci` `(*batch, 2)`: its bootstrap 95 % interval.
     - `learner_input_spread`, `learner_input_exponent`: the same for `LN(D)` (the rows the
@@ -296,9 +297,8 @@ def _concentration(densities, lengths, key, num_bootstrap):
     logsp = lambda v: jnp.log(jnp.maximum(v, jnp.exp(log_floor)))
     exponent = _slope(log_s, logsp(spread))
 
-    def boot(k):
-        counts = jnp.bincount(jax.random.randint(k, (P,), 0, P), length=P).astype(d.dtype)
-        sp, _ = _spread(d, counts)
+    def boot(k):  # Bayesian bootstrap: Dirichlet(1, …, 1) weights on the prompts
+        sp, _ = _spread(d, jax.random.dirichlet(k, jnp.ones((P,), d.dtype)))
         return sp, _slope(log_s, logsp(sp))
 
     sp_b, ex_b = jax.vmap(boot)(jax.random.split(key, num_bootstrap))
@@ -321,7 +321,8 @@ def density_concentration(
     `spread(S) = √(mean_p ‖D̂_p − D̄‖²_F)/‖D̄‖_F`, `D̄` the mean over prompts. For rows drawn
     i.i.d. from `N(0, C)`, `E ‖D̂ − C‖²_F = (tr C² + (tr C)²)/S`, so the spread falls as
     `S^{−1/2}`; the fitted `exponent` is the least-squares slope of `log spread` on `log S`,
-    with a bootstrap interval over prompts (resampled with replacement).
+    with a Bayesian-bootstrap interval over prompts (Dirichlet(1, …, 1) prompt weights, the
+    same weights at every length, so a common factor does not move the slope).
 
     **Arguments:** `densities` `(prompts, S, ..., dk, dk)`: the summed (not yet divided)
     density operators over the first `lengths[i]` positions; `lengths` `(S,)` positive and

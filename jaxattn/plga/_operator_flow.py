@@ -69,6 +69,8 @@ def _layer_input_and_G(model, ids, layer):
         one_layer = eqx.tree_at(lambda m: m.layers, model, [model.layers[layer]])
         _, ded, _ = one_layer.run_layers(x, allowed=allowed, positions=jnp.arange(seq), G=[None])
         g = ded[0].G_LM
+        if g is None:  # an SDPA layer
+            return x, None
         return x, g[-1] if g.ndim == 4 else g
 
     return jax.vmap(one)(ids)

@@ -27,6 +27,14 @@ def _plt():
     return plt
 
 
+def _length_ticks(ax, S):
+    """Integer tick labels at the audited lengths on a log axis (no overlapping minor labels)."""
+    from matplotlib.ticker import NullLocator
+
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticks(list(S), [str(int(s)) for s in S], fontsize=7)
+
+
 def _finish(fig, title: str, path):
     if title:
         fig.suptitle(title)
@@ -57,6 +65,7 @@ def plot_twirl(audit, *, title: str = "", path=None):
             line = ax.plot(S, med, style, marker="o", ms=3, label=label)[0]
             ax.fill_between(S, q25, q75, color=line.get_color(), alpha=0.2)
         ax.set_xscale("log")
+        _length_ticks(ax, S)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"layer {layer}")
         ax.set_xlabel("sequence length S")
@@ -100,6 +109,7 @@ def plot_concentration(audit, *, title: str = "", path=None):
             le = np.asarray(audit.learner_input_exponent, dtype=np.float64)[layer].mean()
             ax.loglog(S, li, "s-", ms=3, label=f"LN(D), exponent {le:.2f}")
         ax.loglog(S, m[0] * (S / S[0]) ** -0.5, "k:", label="S^(-1/2)")
+        _length_ticks(ax, S)
         ax.set_title(f"layer {layer}")
         ax.set_xlabel("sequence length S")
         ax.legend(fontsize=6)
