@@ -67,6 +67,9 @@ def _oa(A, V, R0, t1):
     return lyapunov_spectrum_ott_antonsen(A, V, R0, t1=t1, k=2, num_renorm=256)
 
 
+_oa_batch = jax.jit(jax.vmap(_oa))
+
+
 @pytest.fixture(scope="module")
 def oa_solo():
     return [_oa(OA_A[i], OA_V[i], OA_R0[i], OA_T1[i]) for i in range(3)]
@@ -101,7 +104,7 @@ def test_case4_closed_orbit_has_zero_exponents_within_uncertainty(oa_solo):
 
 
 def test_vmap_equals_solo_runs(oa_solo):
-    batch = jax.vmap(_oa)(OA_A, OA_V, OA_R0, OA_T1)
+    batch = _oa_batch(OA_A, OA_V, OA_R0, OA_T1)
     for i, solo in enumerate(oa_solo):
         one = jax.tree.map(lambda a: a[i], batch)
         np.testing.assert_allclose(one.exponents, solo.exponents, rtol=1e-9, atol=1e-12)
@@ -109,6 +112,16 @@ def test_vmap_equals_solo_runs(oa_solo):
         assert int(one.num_steps) == int(solo.num_steps)
     chaotic, ev = chaos_verdict(batch)
     assert chaotic.shape == (3,) and ev["margin"].shape == (3,)
+    # a bad member (NaN in V) reports NaN exponents and its code, and poisons nothing
+    V_bad = OA_V.copy()
+    V_bad[1, 0, 0] = np.nan
+    bad = _oa_batch(OA_A, V_bad, OA_R0, OA_T1)
+    code = int(RESULTS.nonfinite_argument._value)
+    np.testing.assert_array_equal(bad.result._value, [0, code, 0])
+    assert np.isnan(bad.exponents[1]).all()
+    keep = np.array([0, 2])
+    np.testing.assert_allclose(bad.exponents[keep], batch.exponents[keep], rtol=1e-12)
+    assert not bool(chaos_verdict(bad)[0][1])
 
 
 def test_clustering_without_continuous_symmetry_has_no_positive_exponent():
