@@ -311,3 +311,32 @@ def test_cli_audit_reports_the_mechanism(tmp_path, capsys):
     assert len(report["contraction"]["contracting_fraction"]) == 1
     for name in ("twirl", "concentration", "contraction"):
         assert (out / f"{name}.png").stat().st_size > 1000
+
+
+def test_trained_operator_reproduces_the_layer(model, ids):
+    """With zero biases and RoPE at position 0, the layer's scores are `x A_h xᵀ` and its
+    output is `Σ_h P_h x V_hᵀ` (plus the output bias), `P_h` the masked softmax of the scores;
+    `β` is the mean squared norm of the layer's input tokens."""
+    from jaxattn.plga import masked_softmax, trained_operator, trained_operator_flow
+
+    G = jax.random.normal(jax.random.key(5), (CFG.num_heads, CFG.head_dim, CFG.head_dim))
+    op = trained_operator(model, 0, ids=ids, G=G)
+    x = model.embed(ids[0])
+    attn = model.layers[0].attn
+    out, ded = attn(x, G=G, positions=jnp.zeros(SEQ, jnp.int32))
+    scores = jnp.einsum("id,hde,je->hij", x, op.A, x)
+    np.testing.assert_allclose(ded.scores, scores, rtol=1e-10, atol=1e-10)
+    P = masked_softmax(scores, jnp.tril(jnp.ones((SEQ, SEQ), bool))[None])
+    expected = jnp.einsum("hij,jd,hed->ie", P, x, op.V) + attn.dense.bias
+    np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-10)
+    r2 = np.mean(np.sum(np.asarray(jax.vmap(model.embed)(ids)) ** 2, axis=-1))
+    np.testing.assert_allclose(float(op.beta), r2, rtol=1e-12)
+    flow = trained_operator_flow(model, 0, G=G, head=1)
+    np.testing.assert_allclose(flow.A, op.A[1])
+    np.testing.assert_allclose(flow.V, op.V[1])
+    assert float(flow.beta) == float(op.beta)
+    assert trained_operator_flow(model, 0, G=G).A.shape == (CFG.num_heads, CFG.d_model, CFG.d_model)
+    with pytest.raises(ValueError, match="layer"):
+        trained_operator(model, CFG.num_layers, G=G)
+    with pytest.raises(ValueError, match="ids"):
+        trained_operator(model, 0)

@@ -192,7 +192,9 @@ def operator_regimes(
 
     **Returns:** `{"layer", "n", "inits", "t1", "checkpoints": [{"label", "beta", "flows":
     {name: {"regimes": [REGIME_NAMES or "failed"], "fractions": {name: fraction},
-    "failed": int, "A_norm": ‖A‖₂, "V_norm": ‖V‖₂}}}]}` with flow names `"heads summed"`
+    "failed": int, "num_clusters_median", "final_gap_median", "final_motion_median" (the
+    classifier's evidence, median over the inits), "A_norm": ‖A‖₂, "V_norm": ‖V‖₂}}}]}` with
+    flow names `"heads summed"`
     (norms of `Σ_h A_h`, `Σ_h V_h`), `"head 0"`, … (plain Python, for JSON and
     `jaxattn.plot.plot_operator_regimes`). `regimes` are `REGIME_NAMES` entries, `"failed"`
     for a member the solver could not finish (not counted in `fractions`).
@@ -235,10 +237,15 @@ def operator_regimes(
             fractions = {r: ok.count(r) / max(len(names), 1) for r in dict.fromkeys(ok)}
             A = op.A.sum(0) if name == "heads summed" else op.A[int(name.split()[1])]
             V = op.V.sum(0) if name == "heads summed" else op.V[int(name.split()[1])]
+            ev = {k: np.asarray(v, dtype=float) for k, v in res.evidence.items()}
+            med = lambda k: float(np.nanmedian(ev[k])) if np.any(np.isfinite(ev[k])) else None
             entry["flows"][name] = {
                 "regimes": names,
                 "fractions": fractions,
                 "failed": int(np.sum(res.failed)),
+                "num_clusters_median": med("num_clusters"),
+                "final_gap_median": med("final_gap"),
+                "final_motion_median": med("final_motion"),
                 "A_norm": float(jnp.linalg.norm(A, ord=2)),
                 "V_norm": float(jnp.linalg.norm(V, ord=2)),
             }
