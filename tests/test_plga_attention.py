@@ -310,3 +310,45 @@ def test_metric_learner_acts_on_rows(getkey):
     np.testing.assert_allclose(out.var(-1), 1, rtol=1e-4)
     with pytest.raises(ValueError, match="num_units"):
         MetricLearner(8, 12, 0, 2, key=getkey())
+
+
+def test_masked_softmax_infinite_scores_take_their_limit():
+    """A kept +inf score does not turn its row into NaN (inf − inf): the mass goes evenly to the
+    +inf keys; −inf keys get 0; a masked +inf is ignored. `scale` multiplies inside the
+    exponent without forming scale · scores."""
+    inf = jnp.inf
+    s = jnp.array(
+        [[inf, 1.0, inf, 0.0], [inf, 2.0, 1.0, -inf], [-inf, 0.0, 0.0, 3.0], [-inf, -inf, 1, 1]],
+        jnp.float32,
+    )
+    allowed = jnp.array(
+        [[True] * 4, [False, True, True, True], [True] * 4, [True, True, False, False]]
+    )
+    p = np.asarray(jax.jit(masked_softmax)(s, allowed))
+    np.testing.assert_array_equal(p[0], [0.5, 0, 0.5, 0])
+    np.testing.assert_allclose(p[1], [0, *jax.nn.softmax(jnp.array([2.0, 1.0])), 0], rtol=1e-6)
+    np.testing.assert_allclose(p[2], [0, *jax.nn.softmax(jnp.array([0.0, 0.0, 3.0]))], rtol=1e-6)
+    np.testing.assert_array_equal(p[3], [0.5, 0.5, 0, 0])  # only −inf allowed: uniform
+    # scale: softmax(2^100 · s) without overflow, = the arg-max; = softmax(2 s) for scale 2
+    t = jnp.array([[1.0, 1.5, -3.0]], jnp.float32)
+    ok = jnp.ones((1, 3), bool)
+    np.testing.assert_array_equal(masked_softmax(t, ok, scale=2.0**100), [[0, 1, 0]])
+    np.testing.assert_allclose(masked_softmax(t, ok, scale=2.0), jax.nn.softmax(2 * t), rtol=1e-6)
+
+
+def test_attend_scales_huge_G_exactly(layer, getkey):
+    """`attend` splits G = 2^E Ĝ: for a G of 1e30 the output equals the float64 softmax of the
+    true scores, and scores below 2⁶⁴ are formed exactly as before (E = 0)."""
+    q = jax.random.normal(getkey(), (3, H, DK), jnp.float64)
+    k = jax.random.normal(getkey(), (H, 4, DK), jnp.float64)
+    v = jax.random.normal(getkey(), (H, 4, DK), jnp.float64)
+    G = jax.random.normal(getkey(), (H, DK, DK), jnp.float64)
+    allowed = jnp.tril(jnp.ones((3, 4), bool), 1)
+    out, scores = layer.attend(q, k, v, G, allowed)
+    true = jnp.einsum("ihm,hmn,hjn->hij", q, G, k) / math.sqrt(DK)
+    np.testing.assert_allclose(scores, true, rtol=1e-13, atol=1e-13)
+    out_big, scores_big = layer.attend(q, k, v, 1e30 * G, allowed)
+    np.testing.assert_allclose(scores_big, 1e30 * true, rtol=1e-12)
+    probs = masked_softmax(1e30 * true, allowed[None])
+    expect = layer.dense(jnp.einsum("hij,hjn->ihn", probs, v).reshape(3, -1))
+    np.testing.assert_allclose(out_big, expect, rtol=1e-12, atol=1e-12)

@@ -263,3 +263,59 @@ def test_bad_weights(model, tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(ValueError, match="safetensors"):
         from_reference(tmp_path / "bad.safetensors")
+
+
+def _overflowing(model, dtype):
+    """Layer 0 with its metric tensor at the floor ε (W = 0, b_W = −100: iSwiGLU(−100) ≈ 4e-40)
+    and exponents P = −4.5: A_P = ε^P ≈ 3e40, beyond float32 (3.4e38)."""
+    m = jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
+    attn = m.layers[0].attn
+    return eqx.tree_at(
+        lambda mm: (mm.layers[0].attn.W, mm.layers[0].attn.b_W, mm.layers[0].attn.P),
+        m,
+        (
+            jnp.zeros_like(attn.W),
+            jnp.full_like(attn.b_W, -100.0),
+            jnp.full_like(attn.P, -4.5),
+        ),
+    )
+
+
+def test_float32_power_law_overflow_is_finite_and_reported(model):
+    """float32, P = −4.5 at the floor ε: A_P saturates, G_LM ~1e37–1e38. The logits stay finite
+    and equal the float64 model's (where ε^P fits: an arg-max attention in both, since A_P is a
+    constant matrix either way); `generate` gives real tokens; the overflow is reported with
+    layer, head and the largest |G_LM|, and `check_score_overflow` raises under jit."""
+    from jaxattn.plga import (
+        check_score_overflow,
+        format_score_overflow,
+        generate,
+        score_overflow,
+    )
+
+    m32, m64 = _overflowing(model, jnp.float32), _overflowing(model, jnp.float64)
+    forward = eqx.filter_jit(lambda m, i: m(i))
+    lg32, ded32 = forward(m32, IDS)
+    lg64, ded64 = forward(m64, IDS)
+    assert float(jnp.max(ded64[0].A_P)) > 1e40  # the true power law: beyond float32
+    assert bool(jnp.all(jnp.isfinite(lg32)))
+    scale = float(jnp.max(jnp.abs(lg64)))
+    assert float(jnp.max(jnp.abs(lg32 - lg64))) / scale < 1e-4
+    reports = score_overflow(ded32)
+    assert sorted((r.layer, r.head) for r in reports) == [(0, 0), (0, 1)]
+    assert all(r.max_abs_G_LM > 1e35 and r.dtype == "float32" for r in reports)
+    msg = format_score_overflow(reports)
+    assert "layer 0, head" in msg and "float32" in msg
+    assert score_overflow(ded64) == [] and format_score_overflow([]) is None
+    # the model-level check (what a training loop calls on its batch when the loss is NaN)
+    batch = m32.score_overflow(jnp.stack([IDS, IDS]))
+    assert [(r.layer, r.head) for r in batch] == [(r.layer, r.head) for r in reports]
+    checked = eqx.filter_jit(lambda m, i: check_score_overflow(*m(i)))
+    with pytest.raises(Exception, match="score overflow in layer 0"):
+        jax.block_until_ready(checked(m32, IDS))
+    np.testing.assert_array_equal(checked(m64, IDS), lg64)
+    # generation: real tokens (not pad), the float64 model's
+    prompt = IDS[:6]
+    toks = generate(m32, prompt, max_new_tokens=3, cache="kv")
+    np.testing.assert_array_equal(toks, generate(m64, prompt, max_new_tokens=3, cache="kv"))
+    assert CFG.pad_id not in toks.tolist()

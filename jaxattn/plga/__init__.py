@@ -6,8 +6,12 @@ attention, empirical collapse at inference* (2026); PLDR-LLM, arXiv 2410.16703 a
 
 from ._attention import DeductiveOutputs as DeductiveOutputs
 from ._attention import PowerLawGraphAttention as PowerLawGraphAttention
+from ._attention import ScoreOverflow as ScoreOverflow
+from ._attention import check_score_overflow as check_score_overflow
+from ._attention import format_score_overflow as format_score_overflow
 from ._attention import masked_softmax as masked_softmax
 from ._attention import potential_power as potential_power
+from ._attention import score_overflow as score_overflow
 from ._audits import cache_fidelity as cache_fidelity
 from ._audits import energy_curvature_audit as energy_curvature_audit
 from ._audits import invariance_audit as invariance_audit

@@ -11,6 +11,7 @@ from typing import Literal, NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ._metric_learner import LayerNorm, Linear, MetricLearner, xavier_uniform
@@ -26,7 +27,12 @@ class DeductiveOutputs(NamedTuple):
     - `A_LM`: metric tensor `iSwiGLU(W A + b_W) + ε`, `(heads, dk, dk)`.
     - `A_P`: potential tensor `A_LM^{∘P}`, `(heads, dk, dk)`.
     - `G_LM`: energy-curvature tensor `a A_P + b_a`, `(heads, dk, dk)`.
-    - `scores`: `q̃ G_LM k̃ᵀ/√dk` before the mask, `(heads, seq, seq)`.
+    - `scores`: `q̃ G_LM k̃ᵀ/√dk` before the mask, `(heads, seq, seq)`. Entries beyond the
+      dtype's range are reported as `±inf` (the attention itself stays finite, see
+      `PowerLawGraphAttention.attend`).
+    - `overflow`: bool `(heads,)`, True where the head's score path left the dtype's range:
+      `A_P = A_LM^{∘P}` saturated at its cap (see `potential_power`), or a non-finite `G_LM` or
+      score. `score_overflow` turns it into a report (layer, head, largest `|G_LM|`).
 
     With `causal_density=True` the four tensors carry a leading `seq` axis (one per query
     position). Entries not computed (an injected `G`, or an SDPA layer) are `None`; an
@@ -38,35 +44,77 @@ class DeductiveOutputs(NamedTuple):
     A_P: Array | None
     G_LM: Array | None
     scores: Array
+    overflow: Array | None = None
 
 
-def potential_power(x: Array, p: Array, epsilon: float) -> Array:
+def potential_power(
+    x: Array, p: Array, epsilon: float, *, log_cap: ArrayLike | None = None
+) -> Array:
     r"""`x^{∘p}` computed as `exp(p · log max(x, ε))`.
 
     The base is floored at `max(ε, tiny(dtype))` so that `log` never sees 0 (ε = 1e-9 underflows
     in float16) and the gradient `p x^{p−1}` stays finite; the exponent is capped at
-    `log(max(dtype)) − 2` so that a tiny base raised to a negative power saturates instead of
-    becoming `inf` (in float64 the cap is never reached by the reference models).
+    `log(max(dtype)) − 2`, or at `log_cap` (broadcast against `x`) when smaller, so that a tiny
+    base raised to a negative power saturates instead of becoming `inf`. A saturated entry is
+    exactly `exp(cap)` (`PowerLawGraphAttention` reports it as an overflow); in float64 the
+    cap is never reached by the reference models.
     """
     finfo = jnp.finfo(x.dtype)
     floor = jnp.asarray(max(float(epsilon), float(finfo.tiny)), x.dtype)
     z = p * jnp.log(jnp.where(x >= floor, x, floor))
-    return jnp.exp(jnp.minimum(z, jnp.asarray(math.log(float(finfo.max)) - 2.0, x.dtype)))
+    cap = jnp.asarray(math.log(float(finfo.max)) - 2.0, x.dtype)
+    if log_cap is not None:
+        cap = jnp.minimum(cap, jnp.asarray(log_cap, x.dtype))
+    return jnp.exp(jnp.minimum(z, cap))
 
 
-def masked_softmax(scores: Array, allowed: Array) -> Array:
-    r"""Softmax over the last axis restricted to `allowed` keys.
+def masked_softmax(scores: Array, allowed: Array, *, scale: ArrayLike | None = None) -> Array:
+    r"""Softmax over the last axis of `scale · scores`, restricted to `allowed` keys.
 
     Equal to the reference's `softmax(scores − 1e9·mask)` whenever a row has at least one allowed
     key; a row with no allowed key returns zeros (the reference returns `softmax(scores)` there).
-    No `inf`/`NaN` forward or backward, whatever the size of the masked scores or the dtype.
+    No `NaN` forward or backward from the masked scores, whatever their size or the dtype.
+
+    Infinite scores take their limit instead of turning the row into `NaN` (`inf − inf`): a row
+    with allowed `+inf` scores spreads its mass evenly over them; `−inf` scores get 0 (a row of
+    allowed `−inf` only is uniform over them). `NaN` scores stay `NaN`.
+
+    `scale` (positive, broadcast against `scores`, e.g. a power of two per head) is applied as
+    `exp(scale · (s − max s))`, so `scale · scores` is never formed: it may exceed the dtype.
     """
-    neg = jnp.asarray(jnp.finfo(scores.dtype).min, scores.dtype)
-    s = jnp.where(allowed, scores, neg)
+    finfo = jnp.finfo(scores.dtype)
+    neg = jnp.asarray(finfo.min, scores.dtype)
+    plus_inf = allowed & (scores == jnp.inf)
+    any_inf = jnp.any(plus_inf, axis=-1, keepdims=True)
+    s = jnp.where(scores == -jnp.inf, neg, scores)
+    s = jnp.where(allowed & ~any_inf, s, neg)
+    s = jnp.where(plus_inf, 0, s)  # in a row with +inf scores, only those count
     s = s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    e = jnp.where(allowed, jnp.exp(s), 0)
+    if scale is not None:
+        s = jnp.asarray(scale, s.dtype) * s
+    e = jnp.where(allowed & (plus_inf | ~any_inf), jnp.exp(s), 0)
     denom = jnp.sum(e, axis=-1, keepdims=True)
     return e / jnp.where(denom > 0, denom, 1)
+
+
+_SCALE_FROM = 2.0**64  # |G| up to this: scores are formed directly (exactly the reference)
+
+
+def _split_scale(G: Array) -> tuple[Array, Array]:
+    """`G = 2^E Ĝ` per head (over the last two axes), `E = 0` unless `max |G| > 2⁶⁴`, else
+    `max |Ĝ| ∈ [1, 2)`; powers of two make the split exact. Returns `(Ĝ, 2^E)`, `2^E` with
+    shape `G.shape[:-2] + (1, 1)` and at most `2^{max exponent − 1}` (finite)."""
+    big = jnp.max(jnp.abs(G), axis=(-2, -1), keepdims=True)
+    finite_big = jnp.where(jnp.isfinite(big), big, 0)
+    _, e = jnp.frexp(finite_big)
+    E = jnp.where(finite_big > _SCALE_FROM, e - 1, 0)
+    return jnp.ldexp(G, -E), jnp.ldexp(jnp.ones((), G.dtype), E)
+
+
+def heads_first(x: Float[Array, "seq heads dk"]) -> Float[Array, "heads seq dk"]:
+    """`(seq, heads, dk) → (heads, seq, dk)`, the layout `PowerLawGraphAttention.attend` reads
+    keys and values in."""
+    return jnp.swapaxes(x, 0, 1)
 
 
 def look_ahead_mask(seq: int) -> Bool[Array, "seq seq"]:
@@ -204,13 +252,32 @@ class PowerLawGraphAttention(eqx.Module):
         """`A = Φ(LN(D))`, LayerNorm and learner acting on each row; same shape as `D`."""
         return self.metric_learner(self.gram_norm(D))
 
+    def power_log_cap(self, dtype) -> Array:
+        """Per-head cap `(heads, 1, 1)` on `log A_P` (`potential_power`'s `log_cap`): with
+        `A_P ≤ max(dtype) / (4 max_m Σ_n |a_mn|)`, `G_LM = a A_P + b_a` cannot overflow however
+        small `A_LM` and negative `P` get (float32: `A_LM = ε = 1e-9` with `P = −4.5` gives
+        1e40). Never reached in float64 by the reference models."""
+        a = jax.lax.stop_gradient(self.a).astype(dtype)
+        row = jnp.max(jnp.sum(jnp.abs(a), axis=-1), axis=-1)[:, None, None]
+        big = jnp.asarray(float(jnp.finfo(dtype).max) / 4, dtype)
+        return jnp.log(big) - jnp.log(jnp.maximum(row, 1))
+
     def curvature(self, A: Array) -> tuple[Array, Array, Array]:
-        """`(A_LM, A_P, G_LM)` from `A` of shape `(..., heads, dk, dk)` (steps 4–6)."""
+        """`(A_LM, A_P, G_LM)` from `A` of shape `(..., heads, dk, dk)` (steps 4–6); `A_P`
+        saturates at `exp(power_log_cap)` (a finite `G_LM` by construction)."""
         u = jnp.einsum("hmn,...hnk->...hmk", self.W, A) + self.b_W
         A_LM = u * jax.nn.silu(u) + jnp.asarray(self.epsilon, u.dtype)
-        A_P = potential_power(A_LM, self.P, self.epsilon)
+        A_P = potential_power(A_LM, self.P, self.epsilon, log_cap=self.power_log_cap(u.dtype))
         G_LM = jnp.einsum("hmn,...hnk->...hmk", self.a, A_P) + self.b_a
         return A_LM, A_P, G_LM
+
+    def power_saturated(self, A_P: Array) -> Array:
+        """Bool `(heads,)`: True where an entry of `A_P` (`(..., heads, dk, dk)`) sits at the cap
+        of `potential_power`, i.e. `A_LM^P` exceeded what the dtype holds."""
+        finfo = jnp.finfo(A_P.dtype)
+        cap = jnp.minimum(math.log(float(finfo.max)) - 2.0, self.power_log_cap(A_P.dtype))
+        hit = A_P >= jnp.exp(cap) * (1 - 8 * float(finfo.eps))
+        return jnp.any(hit.reshape(-1, *hit.shape[-3:]), axis=(0, 2, 3))
 
     def deductive(
         self, q: Float[Array, "seq heads dk"], weights: Float[Array, " seq"] | None = None
@@ -224,25 +291,46 @@ class PowerLawGraphAttention(eqx.Module):
     def attend(
         self,
         q: Float[Array, "sq heads dk"],
-        k: Float[Array, "sk heads dk"],
-        v: Float[Array, "sk heads dk"],
+        k: Float[Array, "heads sk dk"],
+        v: Float[Array, "heads sk dk"],
         G: Array | None,
         allowed: Bool[Array, "sq sk"],
     ) -> tuple[Float[Array, "sq D"], Float[Array, "heads sq sk"]]:
         """Scores `q̃ G k̃ᵀ/√dk` (plain `q̃ k̃ᵀ/√dk` when `G is None`), masked softmax, values,
         output projection. `G`: `(heads, dk, dk)` or per query `(sq, heads, dk, dk)`.
+
+        Keys and values are head-major, `(heads, sk, dk)`: the layout of the decode cache, so
+        that a decoded token's attention reads the cache in place (a position-major cache was
+        re-laid out, i.e. copied whole, in every layer of every step).
         Scores and softmax are computed in float32 or better; the output has `v`'s dtype."""
+        hi = jnp.promote_types(q.dtype, jnp.float32)
+        scale = None
         if G is None:
             qG = q
-        elif G.ndim == 3:
-            qG = jnp.einsum("ihm,hmn->ihn", q, G)
         else:
-            qG = jnp.einsum("ihm,ihmn->ihn", q, G)
-        hi = jnp.promote_types(q.dtype, jnp.float32)
-        scores = jnp.einsum("ihn,jhn->hij", qG.astype(hi), k.astype(hi)) / math.sqrt(self.head_dim)
-        probs = masked_softmax(scores, allowed[None])
-        out = jnp.einsum("hij,jhn->ihn", probs, v.astype(hi)).reshape(q.shape[0], -1)
+            # G = 2^E Ĝ exactly (E = 0 unless max |G| > 2⁶⁴): the scores q̃ Ĝ k̃ᵀ stay finite,
+            # the softmax takes 2^E inside its exponent; a G_LM of ~1e38 (float32, A_P at its
+            # cap) gives an arg-max attention, not NaN.
+            G, scale = _split_scale(G.astype(hi))
+            scale = jnp.swapaxes(scale[..., 0], 0, 1) if G.ndim == 4 else scale
+            qG = jnp.einsum("ihm,hmn->ihn" if G.ndim == 3 else "ihm,ihmn->ihn", q.astype(hi), G)
+        scores = jnp.einsum("ihn,hjn->hij", qG.astype(hi), k.astype(hi)) / math.sqrt(self.head_dim)
+        probs = masked_softmax(scores, allowed[None], scale=scale)
+        out = jnp.einsum("hij,hjn->ihn", probs, v.astype(hi)).reshape(q.shape[0], -1)
+        if scale is not None:
+            scores = scores * scale  # the reported scores (±inf beyond the dtype's range)
         return self.dense(out.astype(v.dtype)), scores
+
+    def overflow(self, A_P: Array | None, G: Array | None, scores: Array) -> Array:
+        """Bool `(heads,)`: the head's score path left the dtype's range (`A_P` saturated, a
+        non-finite `G` or score); see `DeductiveOutputs.overflow`."""
+        bad = ~jnp.all(jnp.isfinite(scores), axis=(-2, -1))
+        if G is not None:
+            Gf = ~jnp.isfinite(G)
+            bad = bad | jnp.any(Gf.reshape(-1, *Gf.shape[-3:]), axis=(0, 2, 3))
+        if A_P is not None:
+            bad = bad | self.power_saturated(A_P)
+        return bad
 
     def check_G(self, G: ArrayLike) -> Array:
         """Validate an injected `G` (`(heads, dk, dk)` or `(dk, dk)`, broadcast over heads)."""
@@ -311,13 +399,118 @@ class PowerLawGraphAttention(eqx.Module):
                 )
             allowed = allowed & ~key_padding[None, :]
         q, k, v = self.project(x, positions)
+        k, v = heads_first(k), heads_first(v)
         if G is not None:
             G = self.check_G(G).astype(x.dtype)
             out, scores = self.attend(q, k, v, G, allowed)
-            return out, DeductiveOutputs(None, None, None, G, scores)
+            return out, DeductiveOutputs(
+                None, None, None, G, scores, self.overflow(None, G, scores)
+            )
         if self.attention == "sdpa":
             out, scores = self.attend(q, k, v, None, allowed)
-            return out, DeductiveOutputs(None, None, None, None, scores)
+            return out, DeductiveOutputs(
+                None, None, None, None, scores, self.overflow(None, None, scores)
+            )
         A, A_LM, A_P, G_LM = self.deductive(q)
         out, scores = self.attend(q, k, v, G_LM, allowed)
-        return out, DeductiveOutputs(A, A_LM, A_P, G_LM, scores)
+        return out, DeductiveOutputs(A, A_LM, A_P, G_LM, scores, self.overflow(A_P, G_LM, scores))
+
+
+class ScoreOverflow(NamedTuple):
+    """One overflowing head of a PLGA forward pass (see `score_overflow`).
+
+    - `layer`, `head`: where.
+    - `max_abs_G_LM`: the largest `|G_LM|` of that head (`nan` when the layer has no `G`).
+    - `max_abs_score`: the largest `|score|` (`inf` when a score left the dtype's range).
+    - `dtype`: the dtype of the scores.
+    """
+
+    layer: int
+    head: int
+    max_abs_G_LM: float
+    max_abs_score: float
+    dtype: str
+
+    def __str__(self) -> str:
+        return (
+            f"layer {self.layer}, head {self.head}: largest |G_LM| = {self.max_abs_G_LM:.3g}, "
+            f"largest |score| = {self.max_abs_score:.3g} ({self.dtype})"
+        )
+
+
+def _per_head_max(x: Array, head_axis: int) -> np.ndarray:
+    x = np.moveaxis(np.abs(np.asarray(x, np.float64)), head_axis, 0)
+    return x.reshape(x.shape[0], -1).max(axis=1)
+
+
+def score_overflow(deductive) -> list[ScoreOverflow]:
+    r"""The heads whose score path overflowed, from the deductive outputs of a forward pass.
+
+    In float32, learned exponents `P ≈ −4.5` with the metric tensor at its floor `ε = 1e-9` ask
+    for `A_P = A_LM^{∘P} ≈ 1e40`: `A_P` saturates at its cap (`potential_power`), `G_LM` reaches
+    ~1e38 and the scores leave the range. The attention stays finite (`attend` takes the scale
+    of `G` inside the softmax: an arg-max attention), but the power law computed is not the
+    model's any more; this says where.
+
+    **Arguments:** `deductive`: the list of per-layer `DeductiveOutputs` returned by
+    `PLDRLLM.__call__` (or one `DeductiveOutputs`), concrete (not traced); leading batch axes
+    (from `vmap`) are reduced over.
+
+    **Returns:** one `ScoreOverflow` per overflowing (layer, head), largest `|G_LM|` first;
+    empty when every head is within range. `format_score_overflow` makes a message of it.
+
+    **Raises:** `ValueError` for outputs without the `overflow` flag or traced values.
+    """
+    if isinstance(deductive, DeductiveOutputs):
+        deductive = [deductive]
+    out = []
+    for layer, d in enumerate(deductive):
+        if d.overflow is None:
+            raise ValueError(f"score_overflow: layer {layer}'s deductive outputs have no flag.")
+        if isinstance(d.overflow, jax.core.Tracer):
+            raise ValueError("score_overflow needs concrete outputs; use check_score_overflow.")
+        flags = np.asarray(d.overflow)
+        flags = flags.reshape(-1, flags.shape[-1]).any(axis=0)
+        if not flags.any():
+            continue
+        g = _per_head_max(d.G_LM, -3) if d.G_LM is not None else None
+        s = _per_head_max(d.scores, -3)
+        for h in np.flatnonzero(flags):
+            out.append(
+                ScoreOverflow(
+                    layer,
+                    int(h),
+                    float("nan") if g is None else float(g[h]),
+                    float(s[h]),
+                    str(jnp.asarray(d.scores).dtype),
+                )
+            )
+    return sorted(out, key=lambda r: -np.nan_to_num(r.max_abs_G_LM, nan=-1.0))
+
+
+def format_score_overflow(reports: list[ScoreOverflow]) -> str | None:
+    """A one-paragraph message for `score_overflow`'s result (`None` when it is empty)."""
+    if not reports:
+        return None
+    heads = "; ".join(str(r) for r in reports[:8])
+    more = f" (and {len(reports) - 8} more)" if len(reports) > 8 else ""
+    return (
+        f"PLGA score overflow in {len(reports)} head(s): {heads}{more}. A_P = A_LM^P exceeded "
+        f"{reports[0].dtype} (metric tensor at its floor ε with negative exponents P); the "
+        "attention of these heads is an arg-max, not the power law. Use float64 or smaller |P|."
+    )
+
+
+def check_score_overflow(x, deductive):
+    """`x` unchanged, with a run-time error (`eqx.error_if`, works under `jit`) naming the first
+    layer whose score path overflowed (see `score_overflow` for heads and `|G_LM|`)."""
+    for layer, d in enumerate(deductive):
+        if d.overflow is not None:
+            x = eqx.error_if(
+                x,
+                jnp.any(d.overflow),
+                f"PLGA score overflow in layer {layer}: A_P = A_LM^P or the scores exceeded the "
+                "dtype's range; jaxattn.plga.score_overflow(deductive) names the heads and the "
+                "largest |G_LM|.",
+            )
+    return x

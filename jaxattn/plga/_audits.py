@@ -783,7 +783,7 @@ def cache_fidelity(
     for kind in caches:
         logits, cache0 = prefill(model, prompt, cache=kind, max_len=max_len)
         forced, free = [logits[-1]], [jnp.argmax(logits[-1]).astype(prompt.dtype)]
-        cache_forced = cache_free = cache0
+        cache_forced, cache_free = cache0, cache0.copy()  # decode_step consumes its cache
         for t in range(n - 1):
             lg, cache_forced = decode_step(model, cache_forced, tokens[t])
             forced.append(lg)

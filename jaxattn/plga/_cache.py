@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
+from ._attention import heads_first
 from ._model import PLDRLLM
 
 CacheKind = Literal["none", "kv", "kvg"]
@@ -35,18 +36,21 @@ class DecodeCache(eqx.Module):
 
     - `ids`: `(max_len,)` token buffer (positions `≥ length` hold `pad_id`).
     - `length`: number of filled positions (scalar int array).
-    - `keys`, `values`: `(layers, max_len, heads, dk)` post-RoPE keys and values (`None` for
-      `kind="none"`).
+    - `keys`, `values`: `(layers, heads, max_len, dk)` post-RoPE keys and values, head-major
+      (the layout attention reads, so a step reads them in place; `None` for `kind="none"`).
     - `A`: `(layers, heads, dk, dk)` frozen metric-learner output (`kind="kv"` only).
     - `G`: `(layers, heads, dk, dk)` frozen `G_LM` (`kind="kvg"`, or any kind when a fixed `G`
       was injected at prefill).
     - `kind`: `"none"`, `"kv"` or `"kvg"` (static).
+
+    `decode_step` consumes the cache it is given (its buffers are donated to, and updated in
+    place for, the returned cache); use `copy()` to keep a cache for another branch.
     """
 
     ids: Int[Array, " max_len"]
     length: Int[Array, ""]
-    keys: Float[Array, "layers max_len heads dk"] | None
-    values: Float[Array, "layers max_len heads dk"] | None
+    keys: Float[Array, "layers heads max_len dk"] | None
+    values: Float[Array, "layers heads max_len dk"] | None
     A: Float[Array, "layers heads dk dk"] | None
     G: Float[Array, "layers heads dk dk"] | None
     kind: str = eqx.field(static=True)
@@ -54,6 +58,18 @@ class DecodeCache(eqx.Module):
     @property
     def max_len(self) -> int:
         return self.ids.shape[0]
+
+    def copy(self) -> "DecodeCache":
+        """An independent copy (new buffers): `decode_step` consumes the cache it is given, so
+        branch with `decode_step(model, cache.copy(), token)`."""
+        return jax.tree.map(jnp.copy, self)
+
+    def is_consumed(self) -> bool:
+        """True when a `decode_step` has taken this cache's buffers (it cannot be used again)."""
+        return any(
+            isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) and x.is_deleted()
+            for x in jax.tree.leaves(self)
+        )
 
 
 def _check_kind(cache) -> str:
@@ -74,7 +90,9 @@ def _prefill_impl(model: PLDRLLM, ids, G, *, kind: str, max_len: int):
     buf = jnp.full((max_len,), c.pad_id, ids.dtype).at[:seq].set(ids)
     keys = values = A = Gst = None
     if kind != "none":
-        pad = lambda a: jnp.zeros((max_len,) + a.shape[1:], a.dtype).at[:seq].set(a)
+        pad = lambda a: (
+            jnp.zeros(a.shape[:1] + (max_len,) + a.shape[2:], a.dtype).at[:, :seq].set(a)
+        )
         keys = jnp.stack([pad(k) for k, _, _, _ in states])
         values = jnp.stack([pad(v) for _, v, _, _ in states])
     injected = G is not None
@@ -166,11 +184,14 @@ def _decode_impl(model: PLDRLLM, cache: DecodeCache, token):
     allowed = (valid & (ids != c.pad_id))[None, :]
     x = model.embed(token[None])
     keys, values = cache.keys, cache.values
+    zero = jnp.zeros((), p.dtype)
     for li, layer in enumerate(model.layers):
         attn = layer.attn
         q, k, v = attn.project(x, p[None])
-        keys = keys.at[li, p].set(k[0])
-        values = values.at[li, p].set(v[0])
+        # Written in place (the cache is donated by `decode_step`, a scan carry in `generate`).
+        at = (jnp.asarray(li, p.dtype), zero, p, zero)
+        keys = jax.lax.dynamic_update_slice(keys, heads_first(k)[None].astype(keys.dtype), at)
+        values = jax.lax.dynamic_update_slice(values, heads_first(v)[None].astype(values.dtype), at)
         if cache.G is not None:
             G = cache.G[li]
         elif cache.A is not None:
@@ -183,7 +204,15 @@ def _decode_impl(model: PLDRLLM, cache: DecodeCache, token):
     return logits, DecodeCache(ids, p + 1, keys, values, cache.A, cache.G, cache.kind)
 
 
-_decode_jit = eqx.filter_jit(_decode_impl)
+def _decode_donating(model_and_token, cache: DecodeCache):
+    model, token = model_and_token
+    return _decode_impl(model, cache, token)
+
+
+# The cache (the only argument after the first) is donated: its buffers become the returned
+# cache's, updated in place instead of copied whole every step. The model and the token are
+# not donated (the caller keeps using them).
+_decode_jit = eqx.filter_jit(_decode_donating, donate="all-except-first")
 
 
 def decode_step(
@@ -198,9 +227,12 @@ def decode_step(
 
     **Arguments:** `model`; `cache` from `prefill` or a previous step; `token`, a scalar id.
 
-    **Returns:** `(logits (vocab,), new cache)`.
+    **Returns:** `(logits (vocab,), new cache)`. The given cache is consumed: its buffers are
+    donated to the new cache, which is written in place (no copy of the keys and values per
+    token); keep `cache.copy()` to decode another branch from the same state.
 
-    **Raises:** `ValueError` for a non-scalar or (concrete) out-of-range token; at run time
+    **Raises:** `ValueError` for a non-scalar or (concrete) out-of-range token, or a cache
+    already consumed by an earlier step; at run time
     (`eqx.error_if`) for a traced out-of-range token or a full cache.
     """
     if not isinstance(cache, DecodeCache):
@@ -216,7 +248,13 @@ def decode_step(
     token = jnp.asarray(token)
     if token.shape != ():
         raise ValueError(f"`token` must be a scalar id, got shape {token.shape}.")
-    return _decode_jit(model, cache, token)
+    if cache.is_consumed():
+        raise ValueError(
+            "`cache` was already consumed by a previous decode_step (its buffers are reused for "
+            "the returned cache): pass the cache that step returned, or branch from a copy "
+            "(`cache.copy()`) taken before the step."
+        )
+    return _decode_jit((model, token), cache)
 
 
 def _sample(logits, key, *, sampling, top_p, temperature):

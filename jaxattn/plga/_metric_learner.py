@@ -36,7 +36,19 @@ class Linear(eqx.Module):
         self.bias = jnp.zeros((out_features,), dtype)
 
     def __call__(self, x: Float[Array, "... in"]) -> Float[Array, "... out"]:
-        return x @ self.weight.T + self.bias
+        return linear(x, self.weight, self.bias)
+
+
+def linear(x: Float[Array, "... in"], weight: Float[Array, "out in"], bias=None) -> Array:
+    """`x Wᵀ + b` for a PyTorch-layout weight `[out, in]`, contracting `x`'s last axis with the
+    weight's input axis directly (`einsum "...i,oi->...o"`, one `dot_general`).
+
+    Written as `x @ W.T`, the transpose was materialised as a copy of the whole weight on every
+    call by XLA on the CPU (the 32000 × D LM head in every decoded token); the contraction on
+    axis 1 reads the weight in place.
+    """
+    y = jnp.einsum("...i,oi->...o", x, weight)
+    return y if bias is None else y + bias
 
 
 class LayerNorm(eqx.Module):
@@ -72,7 +84,7 @@ def layer_norm(x, weight, bias, eps):
 
 def swiglu(x, w1, b1, w2, b2, w3, b3):
     """`W₃(silu(W₁x + b₁) ⊙ (W₂x + b₂)) + b₃` with PyTorch-layout weights."""
-    return (jax.nn.silu(x @ w1.T + b1) * (x @ w2.T + b2)) @ w3.T + b3
+    return linear(jax.nn.silu(linear(x, w1, b1)) * linear(x, w2, b2), w3, b3)
 
 
 class SwiGLU(eqx.Module):

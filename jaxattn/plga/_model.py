@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
-from ._attention import AttentionKind, DeductiveOutputs, PowerLawGraphAttention
+from ._attention import AttentionKind, DeductiveOutputs, PowerLawGraphAttention, heads_first
 from ._metric_learner import LayerNorm, Linear, SwiGLU, init_params
 
 
@@ -319,11 +319,13 @@ class PLDRLLM(eqx.Module):
         G: list,
         density_weights: Array | None = None,
     ) -> tuple[Float[Array, "seq D"], list[DeductiveOutputs], list[tuple]]:
-        """All layers; also returns per layer `(k̃, v, A, G_used)` for the caches."""
+        """All layers; also returns per layer `(k̃, v, A, G_used)` for the caches (`k̃, v`
+        head-major, `(heads, seq, dk)`)."""
         deductive, states = [], []
         for layer, g in zip(self.layers, G):
             attn = layer.attn
             q, k, v = attn.project(x, positions)
+            k, v = heads_first(k), heads_first(v)
             if g is not None:
                 A = A_LM = A_P = None
                 G_used = g.astype(x.dtype)
@@ -332,7 +334,8 @@ class PLDRLLM(eqx.Module):
             else:
                 A, A_LM, A_P, G_used = attn.deductive(q, density_weights)
             out, scores = attn.attend(q, k, v, G_used, allowed)
-            deductive.append(DeductiveOutputs(A, A_LM, A_P, G_used, scores))
+            overflow = attn.overflow(A_P, G_used, scores)
+            deductive.append(DeductiveOutputs(A, A_LM, A_P, G_used, scores, overflow))
             states.append((k, v, A, G_used))
             x = layer.finish(x, out)
         return x, deductive, states
@@ -376,6 +379,29 @@ class PLDRLLM(eqx.Module):
         x, deductive = self.features(ids, G=G)
         return self.final_layer(x), deductive
 
+    def score_overflow(self, ids: Int[ArrayLike, "... seq"]) -> list:
+        r"""Which heads' score path overflowed the dtype on these ids (e.g. float32,
+        `A_LM` at its floor ε with `P ≈ −4.5`): a list of `ScoreOverflow(layer, head,
+        max_abs_G_LM, max_abs_score, dtype)`, largest `|G_LM|` first, empty when none did.
+
+        Use it to say why a loss or a logit became non-finite;
+        `jaxattn.plga.format_score_overflow` makes the message.
+
+        **Arguments:** `ids`: token ids `(seq,)` or a batch `(batch, seq)`.
+
+        **Raises:** `ValueError` for bad ids (as `__call__`).
+        """
+        from ._attention import score_overflow
+
+        ids = jnp.asarray(ids)
+        if ids.ndim == 2:
+            for row in ids:
+                self.check_ids(row)
+            deductive = _batched_deductive(self, ids)
+        else:
+            deductive = _deductive(self, self.check_ids(ids))
+        return score_overflow(deductive)
+
     # -- reference layout -------------------------------------------------------------------------
 
     @classmethod
@@ -398,3 +424,13 @@ class PLDRLLM(eqx.Module):
         from ._weights import to_reference
 
         return to_reference(self)
+
+
+@eqx.filter_jit
+def _deductive(model: PLDRLLM, ids):
+    return model(ids)[1]
+
+
+@eqx.filter_jit
+def _batched_deductive(model: PLDRLLM, ids):
+    return jax.vmap(lambda i: model(i)[1])(ids)
