@@ -79,7 +79,8 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads((tmp_path / "atlas.json").read_text())
     md = (tmp_path / "atlas.md").read_text()
-    for section in ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm"):
+    sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm")
+    for section in sections + ("multistability", "chaos"):
         assert section in rep
         assert os.path.exists(rep[section]["figure"])
         assert os.path.basename(rep[section]["figure"]) in md
@@ -94,4 +95,16 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
     assert rep["search"]["reached"] and rep["search"]["end_lambda_max"] >= 0
     assert len(rep["g_lm"]["rows"]) == 28
     assert all(r["regime"] != "undetermined" for r in rep["high_d"]["rows"])
+    # Basin fractions split on the multistability slice: clustering on the circle beside a
+    # periodic orbit inside the disc, for some initial states of the same cell.
+    ms = rep["multistability"]
+    assert ms["multistable_cells"] > 0 and ms["failed_members"] == 0
+    assert "clustering + oscillation" in ms["coexisting"]
+    # The three-token candidate: its exponents sum to the mean divergence (< 0, dissipative);
+    # the verdict is the package's rule applied to the measured spectrum.
+    ch = rep["chaos"]
+    for lam, sig, chaotic in zip(ch["exponents"], ch["uncertainty"], ch["chaotic"]):
+        assert lam[0] >= lam[1] >= lam[2] and sum(lam) < 0
+        assert chaotic == (lam[0] > max(3 * sig[0], 1e-3))
+    assert "Chaos in three tokens" in md and "Multistability" in md
     assert rep["seconds"] > 0 and "Timings" in md

@@ -43,6 +43,7 @@ from ._hamiltonian import (
 )
 from ._ott_antonsen import solve_ott_antonsen
 from ._presets import PRESETS
+from ._regime_map import regime_map
 from ._regimes import classify_order_parameter, default_gap_floor
 from ._search import regime_search
 from ._sweep import REGIME_NAMES, sweep
@@ -796,6 +797,99 @@ def _section_glm(cfg, out, prog_bar):
 # ------------------------------------------------------------------------------ report
 
 
+# A slice where basin fractions split: entries of V around a random pair of the d = 2 LSA
+# flow whose Ott–Antonsen ODE has clustering on the circle and a periodic orbit inside the
+# disc side by side (found by a sweep of 600 random pairs × 8 initial states).
+_MULTI_A = ((-1.722, 0.671), (-0.14, 1.706))
+_MULTI_V = ((-0.171, 0.698), (0.821, 0.404))
+
+
+def _section_multistability(cfg, out, prog_bar):
+    g = 10 if cfg.quick else 40
+    k = 8 if cfg.quick else 32
+    (a11, a12), (a21, a22) = _MULTI_A
+    (v11, v12), (v21, v22) = _MULTI_V
+    m = regime_map(
+        "entries",
+        {"v12": np.linspace(v12 - 0.6, v12 + 0.6, g), "v21": np.linspace(v21 - 0.6, v21 + 0.6, g)},
+        fixed=dict(a11=a11, a12=a12, a21=a21, a22=a22, v11=v11, v22=v22, beta=1.0),
+        method="ott_antonsen",
+        inits=k,
+        t1=cfg.map_t1,
+        num_save=801,
+        progress=prog_bar,
+    )
+    m.save(os.path.join(out, "multistability"))
+    from ..plot import plot_regime_map
+
+    def draw(path):
+        import matplotlib.pyplot as plt
+
+        ax = plot_regime_map(
+            m,
+            title=f"Basin fractions, A = {[list(r) for r in _MULTI_A]}, V = [[{v11}, v12], "
+            f"[v21, {v22}]] (Ott–Antonsen, {k} initial R₂(0) per cell)",
+        )
+        ax.figure.savefig(path, dpi=130, bbox_inches="tight")
+        plt.close(ax.figure)
+        return path
+
+    path = _figure(draw, os.path.join(out, "figures", "multistability.png"))
+    top = np.max(m.fractions, axis=-1)
+    split = m.multistable
+    pairs = {}
+    for cell in zip(*np.nonzero(split)):
+        names = tuple(
+            REGIME_NAMES[i]
+            for i in np.argsort(m.fractions[cell])[::-1][:2]
+            if m.fractions[cell][i] > 0
+        )
+        pairs[" + ".join(names)] = pairs.get(" + ".join(names), 0) + 1
+    return dict(
+        A=[list(r) for r in _MULTI_A],
+        V_fixed=dict(v11=v11, v22=v22),
+        axes={name: [float(v[0]), float(v[-1]), len(v)] for name, v in m.axes},
+        inits=k,
+        cells=int(m.dominant.size),
+        multistable_cells=int(split.sum()),
+        coexisting=pairs,
+        min_dominant_fraction=float(np.min(top)),
+        failed_members=int(m.failed.sum()),
+        seconds=m.seconds,
+        figure=path,
+        folder=os.path.join(out, "multistability"),
+    )
+
+
+def _section_chaos(cfg, out):
+    from ..plot import plot_chaos
+    from ._chaos import chaos_section
+
+    c = chaos_section(quick=cfg.quick)
+
+    def draw(path):
+        import matplotlib.pyplot as plt
+
+        plt.close(plot_chaos(c, path))
+        return path
+
+    path = _figure(draw, os.path.join(out, "figures", "chaos.png"))
+    return dict(
+        flow=c["flow"],
+        t1=c["t1"],
+        transient=c["transient"],
+        num_renorm=c["num_renorm"],
+        exponents=np.asarray(c["exponents"]).tolist(),
+        uncertainty=np.asarray(c["uncertainty"]).tolist(),
+        chaotic=np.asarray(c["chaotic"]).tolist(),
+        sum=np.asarray(c["sum"]).tolist(),
+        section=c["section"],
+        poincare_points=int(np.asarray(c["poincare"]).shape[0]),
+        seconds=c["seconds"],
+        figure=path,
+    )
+
+
 def _fmt(x, nd=4):
     if x is None:
         return "–"
@@ -985,6 +1079,34 @@ def _write_markdown(report, out):
             f"{r['usa_regime']} | {_fmt(r['lsa_final_order'])} | {_fmt(r['usa_final_order'])} |"
         )
     w(f"\n![g_lm](figures/{os.path.basename(g['figure'])})\n")
+    ms = report["multistability"]
+    w("## 8. Multistability: basin fractions\n")
+    w(
+        f"A = {ms['A']}, V = [[{ms['V_fixed']['v11']}, v12], [v21, {ms['V_fixed']['v22']}]], "
+        f"β = 1, Ott–Antonsen, {ms['inits']} initial states R₂(0) drawn uniformly in the disc "
+        f"of radius 0.9 per cell (`regime_map(..., init='disc')`), {ms['cells']} cells. "
+        f"Cells where no regime holds ≥ 90 % of the initial states: "
+        f"**{ms['multistable_cells']}** (coexisting regimes: {ms['coexisting'] or 'none'}); "
+        f"smallest dominant share {ms['min_dominant_fraction']:.2f}; failed members "
+        f"{ms['failed_members']}. The map is saved in `{ms['folder']}` "
+        "(`RegimeMap.load`).\n"
+    )
+    w(f"![multistability](figures/{os.path.basename(ms['figure'])})\n")
+    ch = report["chaos"]
+    w("## 9. Chaos in three tokens\n")
+    w(
+        f"USA, d = 2, n = 3, A = {ch['flow']['A']}, V = {ch['flow']['V']}, β = "
+        f"{ch['flow']['beta']}: Lyapunov spectrum (all three exponents of the flow on the "
+        f"3-torus) over t ∈ [{ch['transient']:g}, {ch['t1']:g}] from "
+        f"{len(ch['exponents'])} random starts, QR every {ch['t1'] / ch['num_renorm']:g} time "
+        f"units. Poincaré section: {ch['section']} ({ch['poincare_points']} points).\n"
+    )
+    w("| start | λ₁ ± σ₁ | λ₂ ± σ₂ | λ₃ ± σ₃ | Σλ | chaotic (λ₁ > max(3σ₁, 1e-3)) |")
+    w("|---|---|---|---|---|---|")
+    for i, (lam, sig) in enumerate(zip(ch["exponents"], ch["uncertainty"])):
+        cells = " | ".join(f"{a:.4f} ± {b:.4f}" for a, b in zip(lam, sig))
+        w(f"| {i} | {cells} | {ch['sum'][i]:.4f} | {ch['chaotic'][i]} |")
+    w(f"\n![chaos](figures/{os.path.basename(ch['figure'])})\n")
     w("## Timings\n")
     for k, v in report["section_seconds"].items():
         w(f"- {k}: {v:.1f} s")
@@ -1037,7 +1159,17 @@ def run_atlas(
     cfg = AtlasConfig.make(quick)
     if not jax.config.jax_enable_x64:
         cfg = dataclasses.replace(cfg, high_dtype="float32")
-    all_sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm")
+    all_sections = (
+        "cases",
+        "maps",
+        "bifurcation",
+        "hamiltonian",
+        "high_d",
+        "search",
+        "g_lm",
+        "multistability",
+        "chaos",
+    )
     sections = all_sections if sections is None else tuple(sections)
     os.makedirs(os.path.join(out_dir, "figures"), exist_ok=True)
     _FIGURE_ERRORS.clear()
@@ -1067,6 +1199,12 @@ def run_atlas(
     if "g_lm" in sections:
         with prog.section("PLDR-LLM G_LM heads as A (LSA and USA)"):
             report["g_lm"] = _section_glm(cfg, out_dir, progress)
+    if "multistability" in sections:
+        with prog.section("multistability: basin fractions on a slice where they split"):
+            report["multistability"] = _section_multistability(cfg, out_dir, progress)
+    if "chaos" in sections:
+        with prog.section("chaos in three tokens (Lyapunov spectrum, Poincaré section)"):
+            report["chaos"] = _section_chaos(cfg, out_dir)
     report["section_seconds"] = dict(prog.times)
     report["seconds"] = time.perf_counter() - t0
     report["environment"] = dict(
