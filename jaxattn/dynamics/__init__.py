@@ -122,6 +122,9 @@ from ._regimes import (
     regime_name as regime_name,
 )
 from ._search import (
+    MAX_GRADIENT_TOL as MAX_GRADIENT_TOL,
+)
+from ._search import (
     SearchResult as SearchResult,
 )
 from ._search import (
@@ -142,6 +145,9 @@ from ._solve import (
 from ._solve import (
     simulate as simulate,
 )
+from ._solve import memory_available as memory_available
+from ._solve import memory_estimate as memory_estimate
+from ._solve import usa_score_shift as usa_score_shift
 from ._regime_map import FAMILIES as FAMILIES
 from ._regime_map import Family as Family
 from ._regime_map import RegimeMap as RegimeMap
