@@ -194,7 +194,7 @@ def test_train_writes_loss_curve_and_sizes_and_labels_a_blocked_figure(tmp_path,
     # a blocked figure path: the results stay, the failure is named, the status says so
     blocked = tmp_path / "b"
     (blocked / "loss_curve.png").mkdir(parents=True)
-    assert main(_train_argv(blocked)) == 1
+    assert main(_train_argv(blocked)) == 3
     err = capsys.readouterr().err
     assert f"figure {blocked / 'loss_curve.png'} not written (" in err
     assert "results kept" in err and (blocked / "metrics.jsonl").is_file()
@@ -225,7 +225,7 @@ def test_loss_curve_figure_labels(tmp_path):
 def test_audit_writes_results_before_figures(tmp_path, capsys):
     out = tmp_path / "audit"
     (out / "g_lm_singular_spectra.png").mkdir(parents=True)  # the figure's path is blocked
-    assert main(["plga", "audit", "--g-lm", "--out", str(out)]) == 1
+    assert main(["plga", "audit", "--g-lm", "--out", str(out)]) == 3
     err = capsys.readouterr().err
     assert f"figure {out / 'g_lm_singular_spectra.png'} not written (" in err
     assert "results kept in" in err

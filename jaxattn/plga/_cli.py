@@ -27,8 +27,8 @@ with status 130. The run directory gets metrics.jsonl and loss_curve.png (loss a
 --resume continues from the newest usable checkpoint (a corrupt newest one falls back to the
 previous good step, and says so).
 
-exit status: 0 done; 1 stopped on a non-finite loss, or a figure could not be written (results
-kept); 2 bad input or a refused checkpoint; 130 interrupted (checkpoint saved).
+exit status: 0 done; 1 stopped on a non-finite loss (checkpoints kept); 2 bad input or a refused
+checkpoint; 3 results written but a figure could not be drawn; 130 interrupted (checkpoint saved).
 """
 
 GENERATE_EPILOG = """\
@@ -290,7 +290,7 @@ def run_train(args) -> int:
     else:
         print(f"final: step {result.step}, {val}{result.seconds / 60:.1f} min")
     print(_run_size(out), file=sys.stderr)
-    return 0 if _loss_figure(out, data.unigram_entropy) else 1
+    return 0 if _loss_figure(out, data.unigram_entropy) else 3  # as simulate and atlas
 
 
 _TRAIN_FLAGS = {

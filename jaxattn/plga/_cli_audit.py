@@ -2,7 +2,8 @@
 written as JSON and figures.
 
 The results (`audit.json`) are written before any figure is drawn; a figure that cannot be
-written is named in one line and the command exits with status 1 (results kept)."""
+written is named in one line and the command exits with status 3 (results kept), as
+`jaxattn simulate` and `jaxattn atlas` do."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def register(plga_subparsers) -> None:
         "recomputation) and non-causality. With --g-lm: the array-only audits of a stored G_LM "
         "(layers, heads, dk, dk), e.g. the shipped PLDR-LLM v51-110M-1 tensor. Writes audit.json "
         "first, then the figures, to --out (a figure that cannot be written is named, the results "
-        "are kept, exit status 1). A run directory means its newest usable checkpoint (a corrupt "
+        "are kept, exit status 3). A run directory means its newest usable checkpoint (a corrupt "
         "newest step falls back to the previous one, and says so).",
     )
     p.add_argument("--ckpt", metavar="DIR", help="run directory (latest step) or step directory")
@@ -361,4 +362,4 @@ def run_audit(args) -> int:
     print(f"wrote {out}/: {', '.join(written)}", file=sys.stderr)
     for line in failed:
         print(f"jaxattn plga audit: {line}; results kept in {out / 'audit.json'}", file=sys.stderr)
-    return 1 if failed else 0
+    return 3 if failed else 0
