@@ -19,6 +19,12 @@ from ._bifurcation import (
 from ._bifurcation import (
     saddle_node_on_circle as saddle_node_on_circle,
 )
+from ._chaos import (
+    chaos_section as chaos_section,
+)
+from ._chaos import (
+    poincare_section as poincare_section,
+)
 from ._circle import (
     KuramotoDaido as KuramotoDaido,
 )
@@ -46,6 +52,21 @@ from ._circle import (
 from ._circle import (
     tokens_from_angles as tokens_from_angles,
 )
+from ._families import (
+    MultiHeadDynamics as MultiHeadDynamics,
+)
+from ._families import (
+    PeriodicMatrix as PeriodicMatrix,
+)
+from ._families import (
+    TimeVaryingDynamics as TimeVaryingDynamics,
+)
+from ._families import (
+    homogenised_ott_antonsen_field as homogenised_ott_antonsen_field,
+)
+from ._families import (
+    solve_homogenised_ott_antonsen as solve_homogenised_ott_antonsen,
+)
 from ._hamiltonian import (
     case4_hamiltonian as case4_hamiltonian,
 )
@@ -54,12 +75,6 @@ from ._hamiltonian import (
 )
 from ._hamiltonian import (
     rotation_rate_on_circle as rotation_rate_on_circle,
-)
-from ._chaos import (
-    chaos_section as chaos_section,
-)
-from ._chaos import (
-    poincare_section as poincare_section,
 )
 from ._lyapunov import (
     LyapunovSpectrum as LyapunovSpectrum,
@@ -91,9 +106,16 @@ from ._ott_antonsen import (
 from ._ott_antonsen import (
     solve_ott_antonsen as solve_ott_antonsen,
 )
+from ._plga_flow import PLGAFlow as PLGAFlow
 from ._presets import PRESETS as PRESETS
 from ._presets import Preset as Preset
 from ._presets import preset as preset
+from ._regime_map import FAMILIES as FAMILIES
+from ._regime_map import Family as Family
+from ._regime_map import RegimeMap as RegimeMap
+from ._regime_map import basin_fractions as basin_fractions
+from ._regime_map import parse_axis as parse_axis
+from ._regime_map import regime_map as regime_map
 from ._regimes import (
     REGIMES as REGIMES,
 )
@@ -142,18 +164,13 @@ from ._solve import (
 from ._solve import (
     Trajectory as Trajectory,
 )
+from ._solve import check_flow as check_flow
+from ._solve import memory_available as memory_available
+from ._solve import memory_estimate as memory_estimate
 from ._solve import (
     simulate as simulate,
 )
-from ._solve import memory_available as memory_available
-from ._solve import memory_estimate as memory_estimate
 from ._solve import usa_score_shift as usa_score_shift
-from ._regime_map import FAMILIES as FAMILIES
-from ._regime_map import Family as Family
-from ._regime_map import RegimeMap as RegimeMap
-from ._regime_map import basin_fractions as basin_fractions
-from ._regime_map import parse_axis as parse_axis
-from ._regime_map import regime_map as regime_map
 from ._sweep import FAILED as FAILED
 from ._sweep import NOT_RUN as NOT_RUN
 from ._sweep import REGIME_NAMES as REGIME_NAMES
@@ -197,6 +214,7 @@ from ._theory import (
     stated_prediction as stated_prediction,
 )
 from ._vector_field import KERNELS as KERNELS
+from ._vector_field import NORMALISATIONS as NORMALISATIONS
 from ._vector_field import AttentionDynamics as AttentionDynamics
 from ._watanabe_strogatz import (
     WatanabeStrogatzConstants as WatanabeStrogatzConstants,
@@ -216,21 +234,3 @@ from ._watanabe_strogatz import (
 from ._watanabe_strogatz import (
     watanabe_strogatz_reconstruct as watanabe_strogatz_reconstruct,
 )
-from ._families import (
-    MultiHeadDynamics as MultiHeadDynamics,
-)
-from ._families import (
-    PeriodicMatrix as PeriodicMatrix,
-)
-from ._families import (
-    TimeVaryingDynamics as TimeVaryingDynamics,
-)
-from ._families import (
-    homogenised_ott_antonsen_field as homogenised_ott_antonsen_field,
-)
-from ._families import (
-    solve_homogenised_ott_antonsen as solve_homogenised_ott_antonsen,
-)
-from ._plga_flow import PLGAFlow as PLGAFlow
-from ._solve import check_flow as check_flow
-from ._vector_field import NORMALISATIONS as NORMALISATIONS
