@@ -351,3 +351,19 @@ def test_chaos_label_from_lyapunov_exponents():
     lam, sig = res.evidence["lyapunov_max"], res.evidence["lyapunov_uncertainty"]
     assert abs(lam[0]) < max(3 * sig[0], 1e-2)
     assert lam[1] < -0.1 and sig[1] < 0.01
+
+
+def test_chunks_respect_a_memory_budget_and_huge_members_are_refused():
+    members = sw.attention_members(np.stack([I2] * 6), I2, 1.0, 0, kernel="usa", n=8)
+    integ = Integration(10.0, 21)
+    per = sw.member_memory(members, integ)
+    # USA builds (n, n) scores: they are part of the estimate.
+    assert per >= 4 * 8 * 8 * 8
+    res = sweep(members, integration=integ,
+                runner=Runner(memory_budget=2.5 * per, progress=False))
+    assert max(res.plan["chunk_sizes"]) <= 2 and res.plan["memory_per_member"] == per
+    assert not res.failed.any()
+    # 50 000 tokens with softmax scores: refused before anything is compiled.
+    big = sw.attention_members(I2, I2, 1.0, 0, kernel="sa", n=50_000)
+    with pytest.raises(ValueError, match="GiB"):
+        sweep(big, integration=Integration(10.0, 1000), runner=Runner(progress=False))
