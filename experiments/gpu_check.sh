@@ -1,35 +1,48 @@
 #!/usr/bin/env bash
-# GPU sizes for the sweep benchmark (< 8 minutes on one modern GPU): 10^4 random (A, V)
-# pairs, d = 2, n = 1024, particles (natural time) and the OA / WS reductions; prints
-# members/s. Usage: bash experiments/gpu_check.sh [OUT_DIR]
+# GPU check (< 8 minutes on one modern GPU): the sweep benchmark at GPU sizes (10^4 random
+# (A, V) pairs, d = 2: OA, WS and particles at n = 1024, auto chunks), the decode benchmark
+# and the full atlas; prints members/s, per-token times and the device. Matmuls run at
+# "highest" precision (TF32 changes step counts); the precision is recorded in the JSON.
+# Usage: bash experiments/gpu_check.sh [OUT_DIR] [PAIRS]   (PAIRS=64 is a CPU smoke test)
 set -euo pipefail
 OUT="${1:-gpu_check_out}"
+PAIRS="${2:-10000}"
 mkdir -p "$OUT"
-python - "$OUT" <<'PY'
+python - "$OUT" "$PAIRS" <<'PY'
 import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", False)  # float32 on the GPU: the sweep's home
+jax.config.update("jax_default_matmul_precision", "highest")
 import numpy as np
-from jaxattn.dynamics._sweep import sweep
+from jaxattn.dynamics import environment_record, sweep
 
 out = sys.argv[1]
-print("devices:", jax.devices())
+env = environment_record(np.float32)
+print("environment:", env)
 rng = np.random.default_rng(0)
-pairs = 10_000
+pairs = int(sys.argv[2])
 A = rng.normal(size=(pairs, 2, 2)).astype(np.float32)
 V = rng.normal(size=(pairs, 2, 2)).astype(np.float32)
 rows = []
-for method, n, chunk in (("ott_antonsen", 1, 10_000), ("watanabe_strogatz", 1024, 10_000),
-                         ("particles", 1024, 2_500)):
-    kw = dict(method=method, n=n, t1=50.0, num_save=101, chunk_size=chunk, progress=True,
+n_big = 1024 if pairs >= 1000 else 64
+for method, n in (("ott_antonsen", 1), ("watanabe_strogatz", n_big), ("particles", n_big)):
+    kw = dict(method=method, n=max(n, 3), t1=50.0, num_save=101, progress=True,
               dtype=np.float32, rtol=1e-5, atol=1e-7)
-    t = time.perf_counter(); sweep(A[:chunk], V[:chunk], 1.0, 0, **kw)
+    t = time.perf_counter(); sweep(A, V, 1.0, 0, **kw)
     compile_s = time.perf_counter() - t
     t = time.perf_counter(); r = sweep(A, V, 1.0, 0, **kw); s = time.perf_counter() - t
     row = dict(method=method, n=n, pairs=pairs, seconds=s, members_per_s=pairs / s,
-               first_call_s=compile_s, failed=int(r.failed.sum()), counts=r.counts())
+               first_call_s=compile_s, failed=int(r.failed.sum()), counts=r.counts(),
+               lockstep_efficiency=r.lockstep_efficiency, chunk_sizes=r.plan["chunk_sizes"][:8],
+               environment=r.environment)
     rows.append(row)
-    print(f"{method:18s} n={n:5d}: {pairs / s:10.1f} members/s  ({s:.1f} s; first chunk {compile_s:.1f} s)"
-          f"  failed={row['failed']}", flush=True)
+    print(f"{method:18s} n={n:5d}: {pairs / s:10.1f} members/s  ({s:.1f} s; first call {compile_s:.1f} s)"
+          f"  failed={row['failed']}  lockstep efficiency {r.lockstep_efficiency:.2f}", flush=True)
 json.dump(rows, open(f"{out}/gpu_check.json", "w"), indent=1)
 PY
+if [ "$PAIRS" -ge 1000 ]; then
+  python experiments/bench_decode.py --config v51-110m | tee "$OUT/decode.txt"
+  timeout 300 jaxattn atlas --out "$OUT/atlas" --no-progress | tee "$OUT/atlas.txt" || echo "atlas: not finished in 300 s"
+else
+  python experiments/bench_decode.py --quick | tee "$OUT/decode.txt"
+fi
