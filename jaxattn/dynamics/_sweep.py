@@ -53,6 +53,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -1140,7 +1141,9 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     for name in sorted(params):
         h.update(name.encode())
         h.update(np.ascontiguousarray(params[name]).tobytes())
-    h.update(str(jax.tree_util.tree_structure(static)).encode())
+    # The static part (kernel, flags, callables) by its text, without memory addresses, so
+    # that the same sweep in a new process resumes from its folder.
+    h.update(re.sub(r" at 0x[0-9a-f]+", "", str(jax.tree_util.tree_structure(static))).encode())
     h.update(type(flow).__qualname__.encode())
     for arr in (members.seeds, perm, np.asarray(sizes)):
         h.update(np.ascontiguousarray(arr).tobytes())
