@@ -122,7 +122,15 @@ def chaos_section(*, quick: bool, seed: int = 0) -> dict:
         sp = run(x0, keys)
         chaotic, ev = chaos_verdict(sp)
         t_plot = 200.0 if quick else 1000.0
-        tr = simulate(field, x0[0], t1=t1, num_save=int(t1 / 0.02) + 1, rtol=1e-9, atol=1e-11)
+        tr = simulate(
+            field,
+            x0[0],
+            t1=t1,
+            num_save=int(t1 / 0.02) + 1,
+            rtol=1e-9,
+            atol=1e-11,
+            max_steps=2**20,
+        )
         xs = np.asarray(tr.xs)
         ts = np.asarray(tr.ts)
         # concrete numbers while float64 is on
