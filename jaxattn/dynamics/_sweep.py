@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ..sphere import sample_uniform
+from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
 from ._ott_antonsen import sample_wrapped_cauchy, solve_ott_antonsen
 from ._regimes import (
@@ -77,7 +77,8 @@ from ._regimes import (
     clustering_gap,
     default_gap_floor,
 )
-from ._solve import RESULTS, simulate
+from ._solve import RESULTS, memory_available, simulate
+from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics
 from ._watanabe_strogatz import solve_watanabe_strogatz
 
@@ -592,6 +593,9 @@ def _member_rate(flow, x0, cfg: _Config, dtype):
     """The member's natural rate (1 in physical time)."""
     if not cfg.natural:
         return jnp.asarray(1.0, dtype)
+    if isinstance(flow, AttentionDynamics) and getattr(flow, "normalisation", None) == "ngpt":
+        # nGPT normalises the update: its speed does not scale with V.
+        return jnp.asarray(flow.natural_rate(x0) if hasattr(flow, "natural_rate") else 1.0, dtype)
     if isinstance(flow, AttentionDynamics):
         if flow.kernel == "lsa":
             return natural_rate(flow.A, flow.V, flow.beta, "lsa").astype(dtype)
@@ -623,7 +627,7 @@ def _member(flow, seed, cfg: _Config):
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
     x0, theta0, R0 = _initial_state(flow, jax.random.key(seed), cfg, dtype)
     rate = _member_rate(flow, x0, cfg, dtype)
-    if isinstance(flow, AttentionDynamics):
+    if isinstance(flow, AttentionDynamics) and getattr(flow, "normalisation", None) != "ngpt":
         # The field is linear in V: V → V/r is exactly the time rescaling.
         run_flow = eqx.tree_at(lambda f: f.V, flow, flow.V / rate)
     else:
@@ -651,6 +655,9 @@ def _member(flow, seed, cfg: _Config):
         sol = simulate(run_flow, x0, throw=False, **solve_kw)
         xs = sol.xs
     if xs is not None:
+        if getattr(run_flow, "manifold", "sphere") == "euclidean":
+            # Pre-LN and other flows off the sphere: the regime is that of the directions.
+            xs = normalise(xs)
         regime, ev = classify_tokens(ts, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
         if cfg.d == 2:
             R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)
@@ -870,18 +877,12 @@ class SweepResult:
 
 
 def environment_record(dtype=None) -> dict:
-    """Where a computation ran: backend, device count and kinds, process count, the
-    default matmul precision, x64 flag, the dtype and the JAX version."""
-    devices = jax.devices()
+    """`_solve.environment_record()` (backend, devices, matmul precision, x64, versions)
+    plus the process count and the dtype of the sweep."""
     return dict(
-        backend=jax.default_backend(),
-        device_count=len(devices),
-        device_kind=sorted({d.device_kind for d in devices}),
+        _solve_environment(),
         process_count=jax.process_count(),
-        matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
-        x64=bool(jax.config.jax_enable_x64),
         dtype=None if dtype is None else np.dtype(dtype).name,
-        jax_version=jax.__version__,
     )
 
 
@@ -907,18 +908,9 @@ def member_memory(members: Members, integration: Integration) -> int:
 
 
 def available_memory() -> int:
-    """Bytes free on the first device (host RAM available on CPU)."""
-    dev = jax.devices()[0]
-    try:
-        stats = dev.memory_stats()
-    except Exception:  # some backends do not report
-        stats = None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
+    """Bytes free on the first device (`memory_available`; 8 GiB when it cannot be read)."""
+    free = memory_available()
+    return 8 * 2**30 if free is None else int(free)
 
 
 def _predicted_cost(members, flow, integration, runner):
