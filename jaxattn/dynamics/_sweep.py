@@ -971,9 +971,11 @@ def _chunk_plan(cost, perm, ndev, runner, max_chunk):
         cs = ndev * math.ceil(min(runner.chunk_size, B) / ndev)
         return [cs] * math.ceil(B / cs)
     top = max(ndev, min(max_chunk, 1024, ndev * math.ceil(B / ndev)))
-    sizes = sorted({ndev * 2**k for k in range(12) if ndev * 2**k <= top} | {top})[::-1]
-    sizes = [s for s in sizes if s >= min(top, 8 * ndev)]  # small chunks waste vector width
-    sizes = sizes[:4]  # at most four compilations
+    # At most four sizes (one compilation each), a factor 4 apart, down to 8 per device
+    # (smaller chunks waste vector width more than lockstep costs).
+    sizes = [top]
+    while len(sizes) < 4 and sizes[-1] // 4 >= 8 * ndev:
+        sizes.append(ndev * max(1, sizes[-1] // (4 * ndev)))
     c = np.asarray(cost, float)[perm]
     c = np.where(np.isfinite(c), c, np.nanmax(np.where(np.isfinite(c), c, 0)) + 1)
     plan, i = [], 0
