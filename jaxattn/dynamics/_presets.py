@@ -130,6 +130,17 @@ def _make():
             "convergence, 1 − |R₂| ∝ t⁻²; a finite horizon cannot settle it.",
         ),
         Preset(
+            "rotating-family",
+            eye,
+            np.array([[0.5, -1.0], [1.0, 0.5]]),
+            1.0,
+            60.0,
+            "rotating",
+            "The rotating family A = I, V = a I + b J with a = 0.5, b = 1: the Ott–Antonsen "
+            "equations give d|R|/dt = (aβ/2)(1 − |R|²)|R| and arg R turning at (bβ/2)(|R|² + 3) "
+            "(counter-clockwise for bβ > 0): clusters that rotate at 2bβ once formed.",
+        ),
+        Preset(
             "identity",
             eye,
             eye,
