@@ -43,9 +43,16 @@ def test_map_command_writes_a_reloadable_map(tmp_path, capsys):
     assert "Regime map: case4" in (out / "summary.md").read_text()
     # Rerunning resumes: nothing recomputed, same map.
     assert main(args) == 0
+    assert "resumed" in capsys.readouterr().out
     again = RegimeMap.load(out)
     assert again.sweep.chunks_computed == 0
     np.testing.assert_array_equal(again.regime, m.regime)
+    # A different map in the same folder is refused by name, or replaced on request.
+    other = args[:3] + ["v11=-1.5:1.5:3"] + args[4:]
+    assert main(other) == 2
+    assert "holds a different map" in capsys.readouterr().err
+    assert main(other + ["--overwrite"]) == 0
+    assert RegimeMap.load(out).cells == (3, 3)
 
 
 @pytest.mark.parametrize(
@@ -57,6 +64,7 @@ def test_map_command_writes_a_reloadable_map(tmp_path, capsys):
         (["map", "case4", "--set", "beta"], "NAME=VALUE"),
         (["map", "case4", "--set", "gamma=1"], "unknown parameter"),
         (["map", "case4", "--inits", "0"], "--inits must be >= 1"),
+        (["map", "case4", "--set", "v11=1", "--x", "v11=0:1:3"], "both as an axis"),
     ],
 )
 def test_map_command_names_bad_input(argv, message, capsys):

@@ -61,7 +61,9 @@ def register(subparsers) -> None:
         "--t1", type=float, default=200.0, help="horizon in natural time units (default 200)"
     )
     p.add_argument("--num-save", type=int, default=401, help="save points (default 401)")
-    p.add_argument("--inits", type=int, default=4, help="initial conditions per cell (K)")
+    p.add_argument(
+        "--inits", type=int, default=4, help="initial conditions per cell, K (default 4)"
+    )
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument(
         "--lyapunov",
@@ -70,7 +72,15 @@ def register(subparsers) -> None:
         metavar="K",
         help="also measure K Lyapunov exponents per member and label chaos (default 0: off)",
     )
-    p.add_argument("--out", default="runs/map", metavar="DIR", help="output folder")
+    p.add_argument(
+        "--out", default=None, metavar="DIR", help="output folder (default runs/map/FAMILY)"
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a different map already in --out (default: resume the same map, "
+        "refuse a different one)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--float32", action="store_true", help="compute in float32 (default float64)")
     p.set_defaults(run=_run)
@@ -92,14 +102,24 @@ def _parse_set(items) -> dict:
 def _run(args) -> int:
     import jax
 
-    with jax.enable_x64(not args.float32):
-        return _run_map(args)
+    if args.out is None:
+        args.out = os.path.join("runs", "map", args.family)
+    try:
+        with jax.enable_x64(not args.float32):
+            return _run_map(args)
+    except KeyboardInterrupt:
+        print(
+            f"jaxattn map: interrupted; finished chunks are kept in {args.out}/sweep: rerun "
+            "the same command to resume.",
+            file=sys.stderr,
+        )
+        return 130
 
 
 def _run_map(args) -> int:
     import matplotlib
 
-    from ._regime_map import FAMILIES, parse_axis, regime_map
+    from ._regime_map import FAMILIES, parse_axis
 
     if args.family not in FAMILIES:
         raise ValueError(f"unknown family {args.family!r}; choose one of {', '.join(FAMILIES)}.")
@@ -110,23 +130,34 @@ def _run_map(args) -> int:
     for name, value in (("--n", args.n), ("--inits", args.inits), ("--num-save", args.num_save)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}.")
-    t = time.perf_counter()
-    m = regime_map(
-        args.family,
-        axes,
-        fixed=_parse_set(args.set),
-        method=_METHODS[args.method],
-        kernel=args.kernel,
-        n=args.n,
-        inits=args.inits,
-        seed=args.seed,
-        t1=args.t1,
-        num_save=args.num_save,
-        judge=None if not args.lyapunov else _judge(args.lyapunov),
-        out_dir=args.out,
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out!r} is a file; give a folder.")
+    from ._sweep import Runner
+
+    runner = Runner(
+        out_dir=os.path.join(args.out, "sweep"),
+        resume=not args.overwrite,
         progress=not args.no_progress,
     )
-    # Results are on disk (m.save ran inside regime_map); figures come after.
+    t = time.perf_counter()
+    try:
+        m = _map(args, axes, runner)
+    except ValueError as err:
+        if "different sweep" in str(err):
+            raise ValueError(
+                f"{args.out} holds a different map; pass another --out, or --overwrite to "
+                "replace it."
+            ) from None
+        raise
+    if m.failed.all():
+        print(
+            f"jaxattn map: every member failed ({m.sweep.failures()[0]['reason']}); "
+            f"see {args.out}/sweep/chunk_*.json.",
+            file=sys.stderr,
+        )
+        return 1
+        # Results are on disk (m.save ran inside regime_map); figures come after.
+        (axes,)
     summary = _summary_markdown(m, args, time.perf_counter() - t)
     md = os.path.join(args.out, "summary.md")
     status = 0
@@ -158,10 +189,37 @@ def _run_map(args) -> int:
             if "disagreements" in s
             else ""
         )
+        + (
+            f"; resumed ({m.sweep.chunks_loaded} of "
+            f"{m.sweep.chunks_loaded + m.sweep.chunks_computed} chunks from {args.out}/sweep)"
+            if m.sweep.chunks_loaded
+            else ""
+        )
         + f". Wrote {args.out}/ (regime_map.npz, regime_map.json, summary.md"
         + (", regime_map.png)." if status == 0 else ").")
     )
     return status
+
+
+def _map(args, axes, runner):
+    from ._regime_map import regime_map
+
+    return regime_map(
+        args.family,
+        axes,
+        fixed=_parse_set(args.set),
+        method=_METHODS[args.method],
+        kernel=args.kernel,
+        n=args.n,
+        inits=args.inits,
+        seed=args.seed,
+        t1=args.t1,
+        num_save=args.num_save,
+        judge=None if not args.lyapunov else _judge(args.lyapunov),
+        runner=runner,
+        out_dir=args.out,
+        progress=not args.no_progress,
+    )
 
 
 def _judge(k):
@@ -182,7 +240,12 @@ def _summary_markdown(m, args, seconds) -> str:
         "",
         f"- axes: {axes}; fixed: {fixed}",
         f"- method: {m.method}, kernel {m.kernel}, n = {args.n}, horizon {args.t1:g} natural "
-        f"time units, {m.inits} initial conditions per cell",
+        f"time units, {m.inits} initial conditions per cell"
+        + (
+            f"; {args.lyapunov} Lyapunov exponents per member (chaos label on)"
+            if args.lyapunov
+            else ""
+        ),
         f"- {s['members']} members in {seconds:.1f} s; lockstep efficiency "
         f"{sw.lockstep_efficiency:.2f}; backend {sw.environment.get('backend')}, "
         f"{sw.environment.get('dtype')}",

@@ -387,6 +387,11 @@ class RegimeMap:
         file, or a map written with a different list of regimes.
         """
         out_dir = os.fspath(out_dir)
+        if os.path.isfile(out_dir):
+            raise ValueError(
+                f"RegimeMap.load: {out_dir!r} is a file; give the folder that holds "
+                "regime_map.json and regime_map.npz."
+            )
         jpath = os.path.join(out_dir, "regime_map.json")
         npath = os.path.join(out_dir, "regime_map.npz")
         if not os.path.isfile(jpath) or not os.path.isfile(npath):
@@ -575,6 +580,9 @@ def regime_map(
     name, defaults, build, predict = _family_params(family)
     axes = _axes(axes)
     fixed = dict(fixed or {})
+    both = sorted(set(fixed) & {n for n, _ in axes})
+    if both:
+        raise ValueError(f"{where}: {both} given both as an axis and as a fixed value.")
     accepts_any = _accepts_any(build) and not isinstance(family, (str, Family))
     _check_names(where, [n for n, _ in axes] + list(fixed), defaults, accepts_any)
     inits = int(inits)
@@ -626,9 +634,9 @@ def regime_map(
         members = Members(stacked, seeds=np.tile(seeds, len(built)), **mkw)
         kernel = getattr(first, "kernel", type(first).__name__)
     else:
+        got = f"a tuple of {len(first)}" if isinstance(first, tuple) else type(first).__name__
         raise ValueError(
-            f"{where}: family {name!r} must return (A, V, beta) or a flow module, got "
-            f"{type(first).__name__}."
+            f"{where}: family {name!r} must return (A, V, beta) or a flow module, got {got}."
         )
     res = sweep(members, integration=integration, judge=judge, runner=runner)
     regime = res.regime.reshape(cells + (inits,))
