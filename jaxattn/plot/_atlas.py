@@ -416,6 +416,8 @@ def plot_high_d(runs, path, *, title=None):
             xytext=(7, 5 if kernels.index(r["kernel"]) % 2 == 0 else -11),
             textcoords="offset points",
             fontsize=7,
+            arrowprops=dict(arrowstyle="-", lw=0.4, color="0.4"),
+            annotation_clip=True,
         )
         seen.add(r["regime"])
     ev.set_xscale("log")
@@ -424,7 +426,7 @@ def plot_high_d(runs, path, *, title=None):
         f"final clustering gap 1 − ρ² (0 on one cluster or one antipodal pair; ≤ {floor:g} "
         "drawn at it)"
     )
-    ev.set_ylabel("final mean token angular speed")
+    ev.set_ylabel("final motion √2‖dQ/dt‖_F (classifier evidence)")
     ev.set_title("Evidence the classifier reads (late window)", fontsize=9)
     handles = [
         Line2D(
