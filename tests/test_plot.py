@@ -443,7 +443,7 @@ def test_atlas_high_d_and_glm_show_the_evidence(keep_figure):
     texts = _fig_legend_texts(fig)
     assert {"LSA kernel", "USA kernel", "measured: rotating", "measured: oscillation"} <= set(texts)
     ev = [a for a in fig.axes if a.get_xscale() == "log"][0]
-    assert "gap" in ev.get_xlabel() and "speed" in ev.get_ylabel()
+    assert "gap" in ev.get_xlabel() and "motion" in ev.get_ylabel()
     top = fig.axes[0]
     assert "LSA: clustering" in top.get_title() and top.get_ylabel().startswith("ρ")
     # the flat-looking oscillation gets its own y range
