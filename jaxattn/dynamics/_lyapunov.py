@@ -33,6 +33,7 @@ from ._circle import _check_2x2, _check_scalar
 from ._ott_antonsen import _DISC_SLACK, _oa_rhs
 from ._solve import (
     RESULTS,
+    ProjectedSolver,
     check_flow,
     check_tokens,
     flow_manifold,
@@ -175,52 +176,13 @@ class _Off(eqx.Module):
         return jnp.where(self.off, jnp.zeros_like(f), f)
 
 
-class _AugmentedProjection(diffrax.AbstractWrappedSolver):
+class _AugmentedProjection(ProjectedSolver):
     """After every step: tokens back onto the sphere (sphere); the Ott–Antonsen point back
-    into the closed disc (disc). The solver state carries the largest distance removed."""
+    into the closed disc (disc). The solver state carries the largest distance removed
+    (`ProjectedSolver`)."""
 
     solver: diffrax.AbstractSolver
     manifold: str = eqx.field(static=True)
-
-    @property
-    def scan_kind(self):
-        return self.solver.scan_kind
-
-    @property
-    def term_structure(self):
-        return self.solver.term_structure
-
-    @property
-    def interpolation_cls(self):  # pyright: ignore
-        return self.solver.interpolation_cls
-
-    @property
-    def term_compatible_contr_kwargs(self):
-        return self.solver.term_compatible_contr_kwargs
-
-    def order(self, terms):
-        return self.solver.order(terms)
-
-    def strong_order(self, terms):
-        return self.solver.strong_order(terms)
-
-    def error_order(self, terms):
-        return self.solver.error_order(terms)
-
-    def func(self, terms, t0, y0, args):
-        return self.solver.func(terms, t0, y0, args)
-
-    def init(self, terms, t0, t1, y0, args):
-        distance = jnp.zeros((), jnp.result_type(y0))
-        return self.solver.init(terms, t0, t1, y0, args), distance
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        inner, distance = solver_state
-        y1, y_error, dense_info, inner, result = self.solver.step(
-            terms, t0, t1, y0, args, inner, made_jump
-        )
-        y1, step_distance = self.project(y1)
-        return y1, y_error, dense_info, (inner, jnp.maximum(distance, step_distance)), result
 
     def project(self, y):
         x = y[0]
