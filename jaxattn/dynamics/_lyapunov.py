@@ -29,8 +29,7 @@ import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ..sphere import normalise, safe_norm
-from ._circle import _check_2x2, _check_scalar
-from ._ott_antonsen import _DISC_SLACK, _oa_rhs
+from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs
 from ._solve import (
     RESULTS,
     ProjectedSolver,
@@ -545,18 +544,7 @@ def lyapunov_spectrum_ott_antonsen(
     Benettin et al., Meccanica 15, 9 (1980).
     """
     where = "lyapunov_spectrum_ott_antonsen"
-    A, V = _check_2x2(where, A=A, V=V)
-    beta = _check_scalar(where, "beta", beta)
-    R0 = jnp.asarray(R0)
-    if R0.ndim != 0:
-        raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
-    if _is_concrete(R0):
-        r0 = complex(np.asarray(R0))
-        if not np.isfinite(r0):
-            raise ValueError(f"{where}: R0 is not finite ({r0}).")
-        if abs(r0) > 1 + _DISC_SLACK:
-            raise ValueError(f"{where}: |R0| = {abs(r0):.6g} > 1; R₂ lies in the closed disc.")
-    dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
+    A, V, beta, R0, dtype = check_ott_antonsen_inputs(where, A, V, beta, R0)
     if transient is None:
         transient = 0.1 * (t1 - t0)
     _check_common(where, t0, t1, k, 2, num_renorm, transient, rtol, atol, max_steps)

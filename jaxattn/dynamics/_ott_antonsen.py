@@ -169,6 +169,29 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
     )
 
 
+def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
+    """Shapes and (concrete) values of the Ott–Antonsen inputs, shared by the solver and
+    the Lyapunov spectrum. **Returns:** `(A, V, beta, R0, dtype)` with `dtype` their common
+    real floating dtype. **Raises:** `ValueError` prefixed with `where` for non-2×2
+    matrices, a non-scalar `beta`/`R0`, or a concrete non-finite `R0` or `|R0| > 1`."""
+    A, V = _check_2x2(where, A=A, V=V)
+    beta = _check_scalar(where, "beta", beta)
+    R0 = jnp.asarray(R0)
+    if R0.ndim != 0:
+        raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
+    if _is_concrete(R0):
+        r0 = complex(np.asarray(R0))
+        if not np.isfinite(r0):
+            raise ValueError(f"{where}: R0 is not finite ({r0}).")
+        if abs(r0) > 1 + _DISC_SLACK:
+            raise ValueError(
+                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the "
+                f"closed unit disc."
+            )
+    dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
+    return A, V, beta, R0, dtype
+
+
 def solve_ott_antonsen(
     A: Float[Array, "2 2"],
     V: Float[Array, "2 2"],
@@ -223,21 +246,7 @@ def solve_ott_antonsen(
     MATH.md, Part 1, "Ott–Antonsen".
     """
     where = "solve_ott_antonsen"
-    A, V = _check_2x2(where, A=A, V=V)
-    beta = _check_scalar(where, "beta", beta)
-    R0 = jnp.asarray(R0)
-    if R0.ndim != 0:
-        raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
-    if _is_concrete(R0):
-        r0 = complex(np.asarray(R0))
-        if not np.isfinite(r0):
-            raise ValueError(f"{where}: R0 is not finite ({r0}).")
-        if abs(r0) > 1 + _DISC_SLACK:
-            raise ValueError(
-                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the "
-                f"closed unit disc."
-            )
-    dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
+    A, V, beta, R0, dtype = check_ott_antonsen_inputs(where, A, V, beta, R0)
     ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol, outside = _solve_oa(
         A.astype(dtype),
