@@ -401,3 +401,30 @@ def test_version_1_checkpoint_loads_with_a_warning(tmp_path):
     (step / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="format version 3; this jaxattn reads versions 1, 2"):
         load_checkpoint(step, like_model=saved)
+
+
+def test_bfloat16_weights_round_trip_through_safetensors(tmp_path):
+    # bf16 tensors in safetensors: saved in the reference layout and reloaded bit for bit,
+    # with their dtype kept.
+    import jaxattn.plga as plga
+
+    cfg = plga.CONFIGS["tiny"].replace(
+        d_model=32,
+        num_layers=1,
+        num_heads=2,
+        head_dim=16,
+        dff=64,
+        A_dff=16,
+        num_reslayerA=1,
+        context_length=32,
+        vocab_size=64,
+    )
+    model = plga.PLDRLLM(cfg, key=jax.random.key(0), dtype=jnp.bfloat16)
+    path = tmp_path / "m.safetensors"
+    plga.save_reference(model, path)
+    back = plga.PLDRLLM.from_reference(path)
+    a = [x for x in jax.tree_util.tree_leaves(model) if hasattr(x, "dtype")]
+    b = [x for x in jax.tree_util.tree_leaves(back) if hasattr(x, "dtype")]
+    assert len(a) == len(b) and {str(x.dtype) for x in b} == {"bfloat16"}
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(np.asarray(x).view(np.uint16), np.asarray(y).view(np.uint16))

@@ -251,6 +251,14 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
     else:
         inv = invariance_audit(model, prompts)
         report["order_parameter"] = inv.summary()
+        # Heads whose power law overflowed the dtype on these prompts (their attention is an
+        # arg-max there): the audit's numbers for them describe that, not the power law.
+        from ._attention import format_score_overflow
+
+        overflow = model.score_overflow(prompts)
+        report["score_overflow"] = [r._asdict() for r in overflow]
+        if overflow:
+            print(format_score_overflow(overflow))
         T = deductive_tensors(model, prompts)
         A0 = T["A"][0]
         r1 = rank_one_audit(A0)
