@@ -115,7 +115,7 @@ def test_rope_bad_arguments():
 
 
 def _numpy_plga(layer, x, G=None):
-    """Independent float64 numpy implementation of MATH.md Part 2, steps 1–7."""
+    """Independent float64 numpy implementation of docs/theory/plga.md, steps 1–7."""
     x = np.asarray(x)
     S = x.shape[0]
     lin = lambda y, lin_: y @ np.asarray(lin_.weight).T + np.asarray(lin_.bias)

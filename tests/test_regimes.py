@@ -202,7 +202,7 @@ def test_gradient_finite_at_exact_consensus(getkey, d):
 
 @pytest.mark.slow
 def test_high_d_block_embedding_keeps_regimes():
-    # MATH.md: A = I ⊗ A₂, V = I ⊗ V₂ reproduces the d = 2 regimes in high dimension.
+    # docs/theory: A = I ⊗ A₂, V = I ⊗ V₂ reproduces the d = 2 regimes in high dimension.
     d = 8
     names = ["case3-rotating", "case4-oscillating", "case4-clustering", "case2-interior"]
     As = jnp.stack([PRESETS[k].matrices(d, jnp.float64)[0] for k in names])

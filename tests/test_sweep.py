@@ -33,7 +33,7 @@ def case4(v11, v12):
     return np.array([[v11, v12], [-v12, -v11]])
 
 
-# The paper's four behaviours (MATH.md): Case 1 clustering, Case 3 rotating clusters,
+# The paper's four behaviours (docs/theory): Case 1 clustering, Case 3 rotating clusters,
 # Case 4 oscillation and clustering, and Case 1 with negative-definite sym(A).
 CASES_A = np.stack([I2, np.diag([2.0, 1.0]), I2, I2, -I2 + 0.2 * J2])
 CASES_V = np.stack([I2, I2 + J2, case4(0.3, 1.0), case4(1.0, 0.3), I2])
@@ -116,7 +116,7 @@ def test_sweep_member_equals_its_hand_made_run(three_methods):
 
 def test_one_cluster_is_told_from_an_antipodal_pair():
     # USA with A = V = I gathers all tokens into one cluster, LSA into an antipodal pair
-    # (MATH.md); both have |R2| -> 1, which alone cannot tell them apart.
+    # (docs/theory); both have |R2| -> 1, which alone cannot tell them apart.
     kw = dict(n=24, t1=60.0, num_save=121, progress=False, init="uniform")
     usa = sweep(I2, I2, 1.0, 5, kernel="usa", **kw)
     lsa = sweep(I2, I2, 1.0, 5, kernel="lsa", **kw)

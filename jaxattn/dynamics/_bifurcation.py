@@ -1,6 +1,6 @@
 r"""Fixed points, stability, continuation and bifurcations of the Ott–Antonsen flow (d = 2, LSA).
 
-The OA ODE `dR/dt = iβΩ(R)R + (β/2)(H(R) − conj(H(R))R²)` (MATH.md) is a planar vector
+The OA ODE `dR/dt = iβΩ(R)R + (β/2)(H(R) − conj(H(R))R²)` (docs/theory) is a planar vector
 field on the closed unit disc; the circle `|R| = 1` (two antipodal clusters) is invariant.
 
 - `fixed_points`: Newton's method (optimistix) from a polar grid of seeds covering the

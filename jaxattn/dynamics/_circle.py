@@ -135,7 +135,7 @@ def kuramoto_daido_coupling(R, A: Matrix, V: Matrix):
 
     **Returns:** `(H, Ω)`: complex `H` and real `Ω`, broadcast over the shape of `R`.
 
-    Source: MATH.md, Part 1, "d = 2: Kuramoto–Daido form".
+    Source: the docs, theory pages ("d = 2: Kuramoto–Daido form").
     """
     a, b = complex_coefficients(A)
     c, e = complex_coefficients(V)
@@ -159,7 +159,7 @@ def kuramoto_daido(theta: Angles, A: Matrix, V: Matrix, beta=1.0) -> Angles:
     **Raises:** `ValueError` if `theta` is not 1-d or `A`, `V` are not 2×2 (and, for
     concrete values, if anything is non-finite).
 
-    Source: MATH.md, Part 1; Li et al. (2026), the d = 2 reduction.
+    Source: docs/theory; Li et al. (2026), the d = 2 reduction.
     """
     theta = _check_angles("kuramoto_daido", "theta", theta)
     A, V = _check_2x2("kuramoto_daido", A=A, V=V)
@@ -182,7 +182,7 @@ def doubled_phase_forcing(R, A: Matrix, V: Matrix, beta=1.0):
 
     **Returns:** `(ω, H̃)`, real and complex, with the shape of `R`.
 
-    Source: MATH.md, Part 1, "d = 2: Kuramoto–Daido form".
+    Source: the docs, theory pages ("d = 2: Kuramoto–Daido form").
     """
     H, Omega = kuramoto_daido_coupling(R, A, V)
     return beta * Omega, beta * H
@@ -233,7 +233,7 @@ class KuramotoDaido(eqx.Module):
     **Raises:** `ValueError` if `A` or `V` is not 2×2, `beta` is not a scalar, or (for
     concrete values) any of them is non-finite.
 
-    Source: MATH.md, Part 1; Li et al. (2026); Daido, Prog. Theor. Phys. 88 (1992).
+    Source: docs/theory; Li et al. (2026); Daido, Prog. Theor. Phys. 88 (1992).
     """
 
     A: Float[Array, "2 2"]

@@ -460,7 +460,7 @@ def homogenised_ott_antonsen_field(
     **Raises:** `ValueError` if the flow is not d = 2 LSA on the sphere without mask or output
     map (the OA reduction is exact only there).
 
-    Source: MATH.md Part 1 "Ott–Antonsen"; averaging: Sanders, Verhulst, Murdock (2007).
+    Source: the docs, theory pages ("Ott–Antonsen"); averaging: Sanders, Verhulst, Murdock (2007).
     """
     heads = flow.homogenised() if isinstance(flow, TimeVaryingDynamics) else flow
     where = "homogenised_ott_antonsen_field"

@@ -440,7 +440,7 @@ def lyapunov_spectrum(
     solver failure (e.g. `max_steps` in a segment) NaN exponents and its code.
 
     Source: Benettin, Galgani, Giorgilli & Strelcyn, Meccanica 15, 9 (1980) (QR method);
-    flow: Li et al. (2026), eq. (1), MATH.md Part 1.
+    flow: Li et al. (2026), eq. (1), docs/theory.
     """
     where = "lyapunov_spectrum"
     if not isinstance(field, eqx.Module) or not callable(field):
@@ -540,7 +540,7 @@ def lyapunov_spectrum_ott_antonsen(
     `beta`/`R0`, a concrete `|R0| > 1` or non-finite input. Traced bad input gives NaN
     exponents and `RESULTS.nonfinite_argument` / `RESULTS.outside_disc`.
 
-    Source: Ott & Antonsen, Chaos 18, 037113 (2008); MATH.md Part 1, "Ott–Antonsen";
+    Source: Ott & Antonsen, Chaos 18, 037113 (2008); the docs, theory pages ("Ott–Antonsen");
     Benettin et al., Meccanica 15, 9 (1980).
     """
     where = "lyapunov_spectrum_ott_antonsen"

@@ -46,7 +46,7 @@ def ott_antonsen_field(R: Complex[Array, "..."], A: Matrix, V: Matrix, beta=1.0)
 
     **Returns:** `dR/dt`, same shape as `R`.
 
-    Source: MATH.md, Part 1, "Ott–Antonsen"; Ott & Antonsen, Chaos 18, 037113 (2008).
+    Source: the docs, theory pages ("Ott–Antonsen"); Ott & Antonsen, Chaos 18, 037113 (2008).
     """
     H, Omega = kuramoto_daido_coupling(R, A, V)
     return 1j * beta * Omega * R + 0.5 * beta * (H - jnp.conj(H) * R**2)
@@ -243,7 +243,7 @@ def solve_ott_antonsen(
     `RESULTS.max_steps_reached`.
 
     Source: Ott & Antonsen, Chaos 18, 037113 (2008), eq. (11) for the Kuramoto case;
-    MATH.md, Part 1, "Ott–Antonsen".
+    the docs, theory pages ("Ott–Antonsen").
     """
     where = "solve_ott_antonsen"
     A, V, beta, R0, dtype = check_ott_antonsen_inputs(where, A, V, beta, R0)
@@ -300,7 +300,7 @@ def sample_wrapped_cauchy(
     non-finite or has `|R0| ≥ 1` (the wrapped Cauchy law degenerates to a point mass at
     `|R0| = 1`). A traced `R0` with `|R0| ≥ 1` raises an `EquinoxRuntimeError` at run time.
 
-    Source: Ott & Antonsen, Chaos 18 (2008) (Poisson-kernel manifold); MATH.md, Part 1.
+    Source: Ott & Antonsen, Chaos 18 (2008) (Poisson-kernel manifold); docs/theory.
     """
     where = "sample_wrapped_cauchy"
     if int(n) < 1:

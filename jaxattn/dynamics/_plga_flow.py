@@ -25,7 +25,7 @@ __all__ = ["PLGAFlow"]
 
 
 class _LayerGenerator(eqx.Module):
-    """`D ↦ G_LM(D)` of the selected heads of a PLGA layer (steps 3–6 of MATH.md Part 2)."""
+    """`D ↦ G_LM(D)` of the selected heads of a PLGA layer (steps 3–6 of docs/theory/plga.md)."""
 
     layer: PowerLawGraphAttention
     heads: tuple[int, ...] = eqx.field(static=True)
@@ -58,7 +58,7 @@ class PLGAFlow(eqx.Module):
 
     at `θ_k = x_k/|x_k|`, with the velocity of the normalisation scheme (`normalised_field`;
     Post-LN by default: the flow on the sphere). `G_{LM}(D) = a (iSwiGLU(W Φ(LN(D)) + b_W) +
-    ε)^{∘P} + b_a` per head (MATH.md Part 2, steps 2–6): the density operator, the metric
+    ε)^{∘P} + b_a` per head (docs/theory/plga.md, steps 2–6): the density operator, the metric
     learner `Φ`, the metric, potential and energy-curvature tensors. The tokens are their own
     queries and keys (no projections, no RoPE): one step of size `δ` of a deep PLGA encoder
     whose layers share their weights, `x ← x + δ · attention(x)`, tends to this flow as

@@ -6,7 +6,7 @@ control flow on values, so they run under `jax.jit` and `jax.vmap` over batches 
 matrices (the regime atlas evaluates them on grids).
 
 Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear Transformers*
-(2026), Cases 1–4 (as reconstructed in MATH.md, Part 1, "Stated results").
+(2026), Cases 1–4 (as reconstructed in the docs, theory pages ("Stated results")).
 """
 
 import equinox as eqx
@@ -193,7 +193,7 @@ def case3_matrices(dtype=None) -> tuple[Float[Array, "2 2"], Float[Array, "2 2"]
     """Case 3 example `A = diag(2, 1)`, `V = I + J` (`J` the rotation by π/2): non-commuting
     `A`, `V` with two antipodal clusters that rotate forever (Type 2).
 
-    Source: Li et al. (2026), Case 3; MATH.md, Part 1.
+    Source: Li et al. (2026), Case 3; docs/theory.
     """
     dtype = jnp.result_type(float) if dtype is None else dtype
     return jnp.diag(jnp.array([2.0, 1.0], dtype)), jnp.eye(2, dtype=dtype) + jnp.array(_J, dtype)

@@ -479,7 +479,7 @@ def solve_watanabe_strogatz(
 
     Source: Watanabe & Strogatz, Physica D 74, 197 (1994); Pikovsky & Rosenblum, PRL 101,
     264103 (2008), eqs. (7)–(8); Marvel, Mirollo & Strogatz, Chaos 19, 043104 (2009);
-    MATH.md, Part 1, "Watanabe–Strogatz".
+    the docs, theory pages ("Watanabe–Strogatz").
     """
     where = "solve_watanabe_strogatz"
     A, V = _check_2x2(where, A=A, V=V)

@@ -123,7 +123,7 @@ def look_ahead_mask(seq: int) -> Bool[Array, "seq seq"]:
 
 
 class PowerLawGraphAttention(eqx.Module):
-    r"""Multi-head Power Law Graph Attention on one sequence (MATH.md Part 2, steps 1–7).
+    r"""Multi-head Power Law Graph Attention on one sequence (docs/theory/plga.md, steps 1–7).
 
     Per head, with `x` of shape `(seq, D)`:
 

@@ -7,7 +7,7 @@ compute in the widest float dtype JAX allows (float64 when x64 is on; call them 
 zero, repeated and extreme values: an all-zero or constant matrix counts as fully collapsed, and
 their gradients are finite there.
 
-Source: MATH.md, Part 2, "Collapse audits"; Gokden, "PLDR-LLMs learn a generalizable tensor
+Source: the docs, theory/plga ("Collapse audits"); Gokden, "PLDR-LLMs learn a generalizable tensor
 operator ..." (2025) for the order parameter and the rank-one audit.
 """
 
@@ -122,7 +122,7 @@ def invariance_order_parameter(
 
     **Raises:** `ValueError` if the shapes differ.
 
-    Source: MATH.md, Part 2, "Collapse audits".
+    Source: the docs, theory/plga ("Collapse audits").
     """
     x, y = _wide(x), _wide(y)
     if x.shape != y.shape:
@@ -193,7 +193,7 @@ def rank_one_audit(
 
     **Raises:** `ValueError` if `m` has fewer than 2 axes.
 
-    Source: MATH.md, Part 2, "Rank-one audit".
+    Source: the docs, theory/plga ("Rank-one audit").
     """
     m = _wide(m)
     _check_matrix("m", m, "rank_one_audit")

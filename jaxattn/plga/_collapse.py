@@ -8,7 +8,7 @@ followed by ordinary attention. When `G` lies in the commutant of the RoPE rotat
 `rope_commutant_projection`), `rope(q) G = rope(q G)`, so `G` folds exactly into the query
 projection (`W_q' = Gᵀ W_q` per head, `b_q' = b_q G`) and the layer *is* SDPA.
 
-Source: MATH.md, Part 2 ("A constant G can be folded into the query projection ... when G
+Source: docs/theory/plga.md ("A constant G can be folded into the query projection ... when G
 commutes with every RoPE rotation"); Gokden, *Power law graph attention: ... empirical collapse
 at inference* (2026).
 """

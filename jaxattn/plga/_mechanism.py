@@ -24,7 +24,7 @@ setting.
 
 Source: Gokden, *Power law graph attention: exact generalization of scaled dot-product
 attention, empirical collapse at inference* (2026), the collapse mechanism; PLDR-LLM, arXiv
-2410.16703 and 2502.13502; MATH.md, Part 2, steps 1–3.
+2410.16703 and 2502.13502; docs/theory/plga.md, steps 1–3.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def layer_densities(
     """The density operators a PLDR-LLM forms on prefixes of its prompts.
 
     For prompt `p`, prefix length `S` and layer `l`, with `q_s` the layer's biased query rows
-    of head `h` and `q̃_s` the same rows after RoPE (MATH.md Part 2, steps 1–2):
+    of head `h` and `q̃_s` the same rows after RoPE (docs/theory/plga.md, steps 1–2):
     `D_pre = Σ_{s<S} q_sᵀ q_s`, `D = Σ_{s<S} q̃_sᵀ q̃_s`, and the learner input `LN(D)`. Each
     prefix is the model run on those `S` tokens alone (the later positions are dropped from the
     density operator and masked as keys), so deeper layers see the prefix's own inputs.
@@ -565,7 +565,7 @@ def contraction_audit(
     """Stage 3 of the collapse mechanism: is the metric learner's row map contractive on the
     rows the model visits?
 
-    The visited rows of layer `l` are the rows of `LN(D)` (the learner input, MATH.md Part 2
+    The visited rows of layer `l` are the rows of `LN(D)` (the learner input, docs/theory/plga.md
     step 3) over every prompt and head: `prompts · heads · dk` rows of length `dk` (with a
     causal density operator, those of the whole sequence). At each row the spectral norm of
     the Jacobian of the whole learner `φ` and of each residual unit (at its own input) is

@@ -118,7 +118,7 @@ class SwiGLU(eqx.Module):
 
 class MetricLearner(eqx.Module):
     r"""The residual SwiGLU metric learner Φ of PLGA, a map `R^{dk} → R^{dk}` applied to every
-    row of its input (step 3 of MATH.md Part 2):
+    row of its input (step 3 of docs/theory/plga.md):
 
     `num_units` residual units in sequence; unit `r` maps `x ↦ LN_r(x + g_{r,B}(…g_{r,1}(x)))`
     where each `g_{r,j}(y) = W₃(silu(W₁y + b₁) ⊙ (W₂y + b₂)) + b₃` is a GLU block

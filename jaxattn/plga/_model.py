@@ -96,7 +96,7 @@ class PLDRLLMConfig:
 
 
 CONFIGS: dict[str, PLDRLLMConfig] = {
-    # Released PLDR-LLM v51-110M (MATH.md Part 2).
+    # Released PLDR-LLM v51-110M (docs/theory/plga.md).
     "v51-110m": PLDRLLMConfig(
         vocab_size=32000,
         d_model=896,

@@ -2,7 +2,8 @@ r"""Training a PLDR-LLM on text: AdamW with clipping by value, linear warm-up + 
 pad-masked cross-entropy, the optional DAG regulariser on the deductive outputs, mixed precision,
 checkpoints that resume bit for bit, and a stop on a non-finite loss.
 
-Reference settings (Gokden, PLDR-LLM, arXiv 2410.16703 / 2502.13502; MATH.md Part 2): AdamW with
+Reference settings (Gokden, PLDR-LLM, arXiv 2410.16703 / 2502.13502; docs/theory/plga.md):
+AdamW with
 β = (0.9, 0.95), eps 1e-5, weight decay 0.1; gradients clipped by value at 1.0; learning rate rising
 linearly from 0 to the peak over the warm-up, then a cosine decay to 10 % of the peak at the last
 step.
