@@ -113,8 +113,9 @@ def test_sample_wrapped_cauchy(getkey):
         assert abs(complex(order_parameter(row, 2)) - r) < 4 / np.sqrt(4000)
 
 
-# Regimes (docs/theory/regimes.md): Case 4 oscillation (closed orbits), Case 2 clustering (λ_max(V) > 0)
-# and convergence to an interior point (V negative definite), Case 3 rotating clusters.
+# Regimes (docs/theory/regimes.md): Case 4 oscillation (closed orbits), Case 2 clustering
+# (λ_max(V) > 0) and convergence to an interior point (V negative definite), Case 3 rotating
+# clusters.
 # Measured max |R_particles − R_OA|·√n over seeds 0–4 (t ≤ 10): oscillation ≤ 1.31,
 # clustering ≤ 1.22, interior ≤ 1.14. (Case 1 with A = [[1, .5], [−.3, .8]], V = I reached
 # 2.1–3.1/√n: the final cluster direction depends on the initial state, so the initial
