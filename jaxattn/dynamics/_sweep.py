@@ -79,7 +79,7 @@ from ._regimes import (
 )
 from ._solve import RESULTS, memory_available, simulate
 from ._solve import environment_record as _solve_environment
-from ._vector_field import AttentionDynamics
+from ._vector_field import AttentionDynamics, kernel_rate
 from ._watanabe_strogatz import solve_watanabe_strogatz
 
 __all__ = [
@@ -140,20 +140,12 @@ def result_message(code: int) -> str:
 
 
 def natural_rate(A, V, beta, kernel: str = "lsa", score_shift=0.0):
-    r"""The member's own rate `r`: a bound of `|dx/dt|` on the sphere.
-
-    LSA: `β ‖A‖₂ ‖V‖₂`; USA: `‖V‖₂ exp(β‖A‖₂ − score_shift)`; SA: `‖V‖₂`. Integrating in
-    `s = r t` is the substitution `V → V/r` (the field is linear in `V`).
+    r"""The rate `r` of an `AttentionDynamics(A, V, beta, kernel)`: a bound of `|dx/dt|` on
+    the sphere (`kernel_rate` without initial tokens). LSA: `β ‖A‖₂ ‖V‖₂`; USA:
+    `‖V‖₂ exp(β‖A‖₂ − score_shift)`; SA: `‖V‖₂`. Integrating in `s = r t` is the
+    substitution `V → V/r` (the field is linear in `V`).
     """
-    nA = jnp.linalg.norm(A, ord=2)
-    nV = jnp.linalg.norm(V, ord=2)
-    if kernel == "lsa":
-        r = jnp.abs(beta) * nA * nV
-    elif kernel == "usa":
-        r = nV * jnp.exp(jnp.abs(beta) * nA - score_shift)
-    else:
-        r = nV
-    return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0)
+    return kernel_rate(A, V, beta, kernel, score_shift)
 
 
 def _positive(where, name, value, *, allow_none=False):
@@ -590,32 +582,12 @@ def _initial_state(flow, key, cfg: _Config, dtype):
 
 
 def _member_rate(flow, x0, cfg: _Config, dtype):
-    """The member's natural rate (1 in physical time)."""
-    if not cfg.natural:
+    """The member's natural rate: the flow's own `natural_rate(x0)` (for `AttentionDynamics`
+    `kernel_rate`: USA/SA read the initial weight mass, nGPT is 1), 1 without one or in
+    physical time."""
+    if not cfg.natural or not hasattr(flow, "natural_rate"):
         return jnp.asarray(1.0, dtype)
-    if isinstance(flow, AttentionDynamics) and getattr(flow, "normalisation", None) == "ngpt":
-        # nGPT normalises the update: its speed does not scale with V.
-        return jnp.asarray(flow.natural_rate(x0) if hasattr(flow, "natural_rate") else 1.0, dtype)
-    if isinstance(flow, AttentionDynamics):
-        if flow.kernel == "lsa":
-            return natural_rate(flow.A, flow.V, flow.beta, "lsa").astype(dtype)
-        # USA / SA: the bound ‖V‖ e^{β σ_max(A)} overstates typical speeds by orders of
-        # magnitude; use ‖V‖₂ times the largest initial weight mass (1/n) Σ_j w_kj.
-        safe = eqx.tree_at(
-            lambda f: (f.A, f.beta),
-            flow,
-            (jnp.where(jnp.isfinite(flow.A), flow.A, 0), jnp.nan_to_num(flow.beta)),
-        )
-        s0 = safe.scores(jnp.where(jnp.isfinite(x0), x0, 0))
-        if flow.kernel == "usa":
-            mass = jnp.max(jnp.mean(jnp.exp(s0 - flow.score_shift), axis=1))
-        else:
-            mass = 1.0
-        r = jnp.linalg.norm(jnp.where(jnp.isfinite(flow.V), flow.V, 0), ord=2) * mass
-    elif hasattr(flow, "natural_rate"):
-        r = flow.natural_rate(x0)
-    else:
-        return jnp.asarray(1.0, dtype)
+    r = flow.natural_rate(x0)
     return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
 
 
