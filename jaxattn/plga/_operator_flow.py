@@ -32,7 +32,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-__all__ = ["TrainedOperator", "trained_operator", "trained_operator_flow", "operator_regimes"]
+__all__ = [
+    "TrainedOperator",
+    "operator_of_attention",
+    "trained_operator",
+    "trained_operator_flow",
+    "operator_regimes",
+]
 
 
 class TrainedOperator(eqx.Module):
@@ -50,6 +56,58 @@ class TrainedOperator(eqx.Module):
     G: Float[Array, "heads dk dk"]
     beta: Float[Array, ""]
     layer: int = eqx.field(static=True)
+
+    def flow(
+        self,
+        *,
+        head: int | None = None,
+        kernel: str = "sa",
+        beta=None,
+        causal: bool = False,
+        normalisation: str = "post_ln",
+    ):
+        """The operator as a flow on `S^{D−1}`: all heads summed (`MultiHeadDynamics`,
+        `head=None`) or head `head` alone (`AttentionDynamics`); `beta` defaults to `r²`.
+
+        **Raises:** `ValueError` for a head out of range.
+        """
+        b = self.beta if beta is None else beta
+        kw = dict(beta=b, kernel=kernel, causal=causal, normalisation=normalisation)
+        if head is None:
+            from ..dynamics import MultiHeadDynamics
+
+            return MultiHeadDynamics(self.A, self.V, **kw)
+        from ..dynamics import AttentionDynamics
+
+        H = self.A.shape[0]
+        if not 0 <= int(head) < H:
+            raise ValueError(f"trained_operator_flow: `head` must be in [0, {H}), got {head}.")
+        return AttentionDynamics(self.A[int(head)], self.V[int(head)], **kw)
+
+
+def operator_of_attention(attn, G, *, beta, layer: int = 0) -> TrainedOperator:
+    """The flow matrices of one `PowerLawGraphAttention` layer with a given collapsed `G`
+    `(heads, dk, dk)` and `β` (module docstring): `A_h = W_{q,h}ᵀ G_h W_{k,h}/√dk`,
+    `V_h = W_{o,h} W_{v,h}`, in the wider of the weights' and `G`'s dtypes (at least the
+    default float).
+
+    **Raises:** `ValueError` for a `G` of the wrong shape.
+    """
+    H, dk = attn.num_heads, attn.head_dim
+    D = attn.wq.weight.shape[1]
+    G = jnp.asarray(G)
+    if G.shape != (H, dk, dk):
+        raise ValueError(f"trained_operator: `G` must have shape {(H, dk, dk)}, got {G.shape}.")
+    dtype = jnp.result_type(attn.wq.weight.dtype, G.dtype, float)
+    Wq = attn.wq.weight.astype(dtype).reshape(H, dk, D)
+    Wk = attn.wk.weight.astype(dtype).reshape(H, dk, D)
+    Wv = attn.wv.weight.astype(dtype).reshape(H, dk, D)
+    Wo = jnp.moveaxis(attn.dense.weight.astype(dtype).reshape(D, H, dk), 1, 0)  # (H, D, dk)
+    A = jnp.einsum("hmi,hmn,hnj->hij", Wq, G.astype(dtype), Wk) / math.sqrt(dk)
+    V = jnp.einsum("hik,hkj->hij", Wo, Wv)
+    return TrainedOperator(
+        A=A, V=V, G=G.astype(dtype), beta=jnp.asarray(beta, dtype), layer=int(layer)
+    )
 
 
 @eqx.filter_jit
@@ -118,18 +176,7 @@ def trained_operator(
             G = jnp.broadcast_to(jnp.eye(dk), (H, dk, dk))
         else:
             raise ValueError("trained_operator: give `ids` (prompts) or `G` for a PLGA layer.")
-    G = jnp.asarray(G)
-    if G.shape != (H, dk, dk):
-        raise ValueError(f"trained_operator: `G` must have shape {(H, dk, dk)}, got {G.shape}.")
-    dtype = jnp.result_type(attn.wq.weight.dtype, G.dtype, float)
-    Wq = attn.wq.weight.astype(dtype).reshape(H, dk, D)
-    Wk = attn.wk.weight.astype(dtype).reshape(H, dk, D)
-    Wv = attn.wv.weight.astype(dtype).reshape(H, dk, D)
-    Wo = jnp.moveaxis(attn.dense.weight.astype(dtype).reshape(D, H, dk), 1, 0)  # (H, D, dk)
-    A = jnp.einsum("hmi,hmn,hnj->hij", Wq, G.astype(dtype), Wk) / math.sqrt(dk)
-    V = jnp.einsum("hik,hkj->hij", Wo, Wv)
-    beta = jnp.asarray(D if r2 is None else r2, dtype)
-    return TrainedOperator(A=A, V=V, G=G.astype(dtype), beta=beta, layer=layer)
+    return operator_of_attention(attn, G, beta=D if r2 is None else r2, layer=layer)
 
 
 def trained_operator_flow(
@@ -152,25 +199,14 @@ def trained_operator_flow(
 
     **Raises:** `ValueError` as `trained_operator`, or for a head out of range.
     """
-    op = trained_operator(model, layer, ids=ids, G=G)
-    b = op.beta if beta is None else beta
-    if head is None:
-        from ..dynamics import MultiHeadDynamics
-
-        return MultiHeadDynamics(op.A, op.V, beta=b, kernel=kernel)
-    from ..dynamics import AttentionDynamics
-
-    H = op.A.shape[0]
-    if not 0 <= int(head) < H:
-        raise ValueError(f"trained_operator_flow: `head` must be in [0, {H}), got {head}.")
-    return AttentionDynamics(op.A[head], op.V[head], beta=b, kernel=kernel)
+    return trained_operator(model, layer, ids=ids, G=G).flow(head=head, kernel=kernel, beta=beta)
 
 
 def operator_regimes(
     models: dict,
     layer: int,
     *,
-    ids: Int[ArrayLike, "prompts seq"],
+    ids: Int[ArrayLike, "prompts seq"] | None = None,
     inits: int = 8,
     n: int = 32,
     t1: float = 50.0,
@@ -186,9 +222,11 @@ def operator_regimes(
     run from `inits` sets of `n` tokens uniform on `S^{D−1}` (seeds `0 … inits−1`) to
     `t1` in the flow's natural time, and classified (`jaxattn.dynamics.sweep`).
 
-    **Arguments:** `models` `{label: PLDRLLM}` (checkpoints); `layer`; `ids` the prompts that
-    give `G_h` and `β`; `inits`, `n`, `t1`, `num_save`; `heads`; `kernel`; solver `rtol`,
-    `atol`, `max_steps`.
+    **Arguments:** `models` `{label: PLDRLLM or TrainedOperator}` (checkpoints, or operators
+    already built, e.g. `jaxattn.plga.load_atlas_layer().operator()`); `layer` (of the
+    models; a `TrainedOperator` keeps its own); `ids` the prompts that give `G_h` and `β`
+    (needed for a `PLDRLLM`); `inits`, `n`, `t1`, `num_save`; `heads`; `kernel`; solver
+    `rtol`, `atol`, `max_steps`.
 
     **Returns:** `{"layer", "n", "inits", "t1", "checkpoints": [{"label", "beta", "flows":
     {name: {"regimes": [REGIME_NAMES or "failed"], "fractions": {name: fraction},
@@ -198,6 +236,8 @@ def operator_regimes(
     (norms of `Σ_h A_h`, `Σ_h V_h`), `"head 0"`, … (plain Python, for JSON and
     `jaxattn.plot.plot_operator_regimes`). `regimes` are `REGIME_NAMES` entries, `"failed"`
     for a member the solver could not finish (not counted in `fractions`).
+
+    **Raises:** `ValueError` for a `PLDRLLM` without `ids` (see `trained_operator`).
     """
     from ..dynamics import REGIME_NAMES, Integration, Judge, Members, Runner, sweep
 
@@ -210,15 +250,19 @@ def operator_regimes(
     }
     seeds = np.arange(int(inits))
     for label, model in models.items():
-        op = trained_operator(model, layer, ids=ids)
-        flows = {
-            "heads summed": trained_operator_flow(model, layer, G=op.G, beta=op.beta, kernel=kernel)
-        }
+        if isinstance(model, TrainedOperator):
+            op = model
+        else:
+            if ids is None:
+                raise ValueError(
+                    f"operator_regimes: model {label!r} is not a TrainedOperator; give `ids` "
+                    "(the prompts that set its G and β)."
+                )
+            op = trained_operator(model, layer, ids=ids)
+        flows = {"heads summed": op.flow(kernel=kernel)}
         if heads:
             for h in range(op.A.shape[0]):
-                flows[f"head {h}"] = trained_operator_flow(
-                    model, layer, G=op.G, head=h, beta=op.beta, kernel=kernel
-                )
+                flows[f"head {h}"] = op.flow(head=h, kernel=kernel)
         entry = {"label": str(label), "beta": float(op.beta), "flows": {}}
         for name, flow in flows.items():
             res = sweep(
