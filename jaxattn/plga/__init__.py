@@ -4,6 +4,9 @@ Sources: Gokden, *Power law graph attention: exact generalization of scaled dot-
 attention, empirical collapse at inference* (2026); PLDR-LLM, arXiv 2410.16703 and 2502.13502.
 """
 
+from ._atlas_layer import AtlasLayerError as AtlasLayerError
+from ._atlas_layer import TrainedLayer as TrainedLayer
+from ._atlas_layer import load_atlas_layer as load_atlas_layer
 from ._attention import DeductiveOutputs as DeductiveOutputs
 from ._attention import PowerLawGraphAttention as PowerLawGraphAttention
 from ._attention import ScoreOverflow as ScoreOverflow
