@@ -63,11 +63,11 @@ def main(
     *,
     quick: bool = False,
     seed: int = 0,
-    steps: int = 600,
+    steps: int = 1000,
     batch_size: int = 8,
     seq_len: int = 64,
     learning_rate: float = 1e-3,
-    warmup_steps: int = 60,
+    warmup_steps: int = 100,
     num_prompts: int = 8,
     out_dir="experiments/out/train_atlas_model",
     data_path=None,
@@ -101,7 +101,7 @@ def main(
         warmup_steps=warmup_steps,
         seed=seed,
         checkpoint_every=0,
-        eval_every=0,
+        eval_every=0 if quick else 100,
     )
     t0 = time.perf_counter()
     res = train(model, data, tc, out_dir=run_dir, progress=not quick, log=print)
@@ -149,6 +149,7 @@ def main(
             ),
             final_train_loss_mean_last_20=final_train,
             final_val_loss=final_val,
+            val_loss_history=[[int(s), float(v)] for s, v in res.val_history],
             initial_train_loss=float(losses[0]),
             G_from=f"mean G_LM of layer {layer} over the first {num_prompts} validation blocks "
             f"({seq_len} tokens each), float64",
@@ -193,7 +194,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--out-dir", default="experiments/out/train_atlas_model")
     a = parser.parse_args()
     main(quick=a.quick, seed=a.seed, steps=a.steps, out_dir=a.out_dir)
