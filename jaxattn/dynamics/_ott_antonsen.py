@@ -16,10 +16,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Complex, Float, PRNGKeyArray
+from jaxtyping import Array, Bool, Complex, Float, PRNGKeyArray
 
 from .._custom_types import Matrix
 from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
+from ._segments import Problem, solve_problem
 from ._solve import RESULTS, ProjectedSolver, Solution, save_times, step_statistics
 from ._vector_field import _is_concrete
 
@@ -117,9 +118,17 @@ def _oa_rhs(t, y, args):
     return jnp.stack([jnp.real(dR), jnp.imag(dR)]).astype(y.dtype)
 
 
-@eqx.filter_jit
-def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
-    dtype = ts.dtype
+class OttAntonsenChecks(eqx.Module):
+    """What `finish_ott_antonsen` needs of `prepare_ott_antonsen`: the input checks."""
+
+    bad: Bool[Array, ""]
+    outside: Bool[Array, ""]
+    overshoot0: Float[Array, ""]
+
+
+def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
+    """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks (a
+    rejected member runs a zero field from the origin: cheap, and cannot poison a batch)."""
     y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
     bad = ~(
         jnp.all(jnp.isfinite(A))
@@ -131,22 +140,21 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
     y0c, over0 = _clip_disc(y0)
     outside = over0 > _DISC_SLACK
     invalid = bad | outside
-    # A rejected member runs a zero field from the origin: cheap, and cannot poison a batch.
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_oa_rhs),
-        DiscProjection(solver),
-        t0=t0,
-        t1=t1,
-        dt0=dt0,
+    problem = Problem(
+        term=diffrax.ODETerm(_oa_rhs),
+        solver=DiscProjection(solver),
         y0=jnp.where(invalid, 0, y0c),
         args=args,
-        saveat=diffrax.SaveAt(ts=ts, solver_state=True),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        adjoint=adjoint,
-        max_steps=max_steps,
-        throw=False,
+        controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        save_solver_state=True,
     )
+    return problem, OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0)
+
+
+def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSolution:
+    """The `OttAntonsenSolution` of a finished solve (whole or segmented)."""
+    invalid = checks.bad | checks.outside
     R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
     # Saved states are interpolated between steps and can leave the closed disc by about
     # the tolerance; |R₂| ≤ 1 by definition, so clip them (a member on the circle read
@@ -154,19 +162,23 @@ def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, ad
     R = R / jnp.maximum(1, jnp.abs(R))
     R = jnp.where(invalid, jnp.nan, R)
     result = RESULTS.promote(sol.result)
-    result = RESULTS.where(outside & ~bad, RESULTS.outside_disc, result)
-    result = RESULTS.where(bad, RESULTS.nonfinite_argument, result)
-    overshoot = jnp.where(invalid, jnp.nan, jnp.maximum(over0, sol.solver_state[1]))
-    return (
-        OttAntonsenSolution(
-            ts=ts,
-            R=R,
-            result=result,
-            **step_statistics(sol),
-            disc_overshoot=overshoot,
-        ),
-        outside,
+    result = RESULTS.where(checks.outside & ~checks.bad, RESULTS.outside_disc, result)
+    result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
+    overshoot = jnp.where(invalid, jnp.nan, jnp.maximum(checks.overshoot0, sol.solver_state[1]))
+    return OttAntonsenSolution(
+        ts=ts,
+        R=R,
+        result=result,
+        **step_statistics(sol),
+        disc_overshoot=overshoot,
     )
+
+
+@eqx.filter_jit
+def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
+    problem, checks = prepare_ott_antonsen(A, V, beta, R0, ts.dtype, solver, rtol, atol)
+    sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
+    return finish_ott_antonsen(checks, sol, ts), checks.outside
 
 
 def check_ott_antonsen_inputs(where: str, A, V, beta, R0):

@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ..sphere import normalise, safe_norm
+from ._segments import Problem, solve_problem
 from ._vector_field import AttentionDynamics, _is_concrete
 
 __all__ = [
@@ -487,10 +488,27 @@ def usa_score_shift(field, dtype=None) -> float:
     return max(0.0, bound - 0.5 * math.log(float(jnp.finfo(dtype).max)))
 
 
-@eqx.filter_jit
-def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, project):
+class ParticleChecks(eqx.Module):
+    """What `finish_particles` needs of `prepare_particles`: the input checks."""
+
+    invalid: Bool[Array, ""]
+    bad_input: Bool[Array, ""]
+    zero_token: Bool[Array, ""]
+    overflow: Bool[Array, ""]
+    nonpositive_beta: Bool[Array, ""]
+    initial_deviation: Float[Array, ""]
+    project: bool = eqx.field(static=True)
+    sphere: bool = eqx.field(static=True)
+
+
+def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, ParticleChecks]:
+    """The particle flow's `Problem` from `x0`, with the per-member input checks.
+
+    A rejected member (non-finite input, a zero token on the sphere, USA overflow, β ≤ 0)
+    is solved with a harmless stand-in (zero field, unit tokens) so that it costs nothing
+    and cannot poison a batch; `finish_particles` reports it.
+    """
     dtype = x0.dtype
-    n = x0.shape[0]
     norms = safe_norm(x0)
     sphere = flow_manifold(field) == "sphere"
     builtin = isinstance(field, AttentionDynamics)
@@ -515,8 +533,6 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     beta = getattr(field, "beta", None) if isinstance(field, AttentionDynamics) else None
     nonpositive_beta = jnp.array(False) if beta is None else ~(beta > 0)
     invalid = bad_input | zero_token | overflow | nonpositive_beta
-    # A rejected member is solved with a harmless stand-in (zero field, unit tokens) so it
-    # costs nothing, and its outputs are NaN: it cannot slow down or poison a batch.
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
     x_finite = jnp.where(jnp.isfinite(x0), x0, 0)
     x_start = jnp.where(invalid, e1, normalise(x_finite) if sphere else x_finite)
@@ -533,43 +549,59 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     else:
         field_run = _Guarded(field, invalid)
     project = project and sphere
-    run_solver = SphereProjection(solver) if project else solver
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field_run),
-        run_solver,
-        t0=t0,
-        t1=t1,
-        dt0=dt0,
+    problem = Problem(
+        term=diffrax.ODETerm(field_run),
+        solver=SphereProjection(solver) if project else solver,
         y0=x_start,
-        saveat=diffrax.SaveAt(ts=ts, solver_state=project),
-        stepsize_controller=_StallGuardPID(rtol=rtol, atol=atol),
-        adjoint=adjoint,
-        max_steps=max_steps,
-        throw=False,
+        args=None,
+        controller=_StallGuardPID(rtol=rtol, atol=atol),
+        save_solver_state=project,
     )
+    checks = ParticleChecks(
+        invalid=invalid,
+        bad_input=bad_input,
+        zero_token=zero_token,
+        overflow=overflow,
+        nonpositive_beta=nonpositive_beta,
+        initial_deviation=jnp.max(jnp.abs(norms - 1)),
+        project=project,
+        sphere=sphere,
+    )
+    return problem, checks
+
+
+def finish_particles(checks: ParticleChecks, sol, ts) -> "Trajectory":
+    """The `Trajectory` of a finished solve (`diffrax.Solution` or a segmented one)."""
+    dtype = ts.dtype
     ys = sol.ys
-    if project:
+    if checks.project:
         deviation = sol.solver_state[1]
-    elif sphere:
+    elif checks.sphere:
         deviation = jnp.max(jnp.abs(safe_norm(ys) - 1))
     else:  # the token norms are part of the state: no drift to report
         deviation = jnp.asarray(jnp.nan, dtype)
-    xs = normalise(ys) if sphere else ys
+    xs = normalise(ys) if checks.sphere else ys
     result = promote_result(sol.result)
-    result = RESULTS.where(overflow, RESULTS.usa_overflow, result)
-    result = RESULTS.where(nonpositive_beta, RESULTS.nonpositive_beta, result)
-    result = RESULTS.where(zero_token, RESULTS.zero_token, result)
-    result = RESULTS.where(bad_input, RESULTS.nonfinite_argument, result)
-    xs = jnp.where(invalid, jnp.nan, xs)
-    del n
+    result = RESULTS.where(checks.overflow, RESULTS.usa_overflow, result)
+    result = RESULTS.where(checks.nonpositive_beta, RESULTS.nonpositive_beta, result)
+    result = RESULTS.where(checks.zero_token, RESULTS.zero_token, result)
+    result = RESULTS.where(checks.bad_input, RESULTS.nonfinite_argument, result)
+    xs = jnp.where(checks.invalid, jnp.nan, xs)
     return Trajectory(
         ts=ts,
         xs=xs.astype(dtype),
         result=result,
         **step_statistics(sol),
-        sphere_deviation=jnp.where(invalid, jnp.nan, deviation),
-        initial_deviation=jnp.max(jnp.abs(norms - 1)),
+        sphere_deviation=jnp.where(checks.invalid, jnp.nan, deviation),
+        initial_deviation=checks.initial_deviation,
     )
+
+
+@eqx.filter_jit
+def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, project):
+    problem, checks = prepare_particles(field, x0, solver, rtol, atol, project)
+    sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
+    return finish_particles(checks, sol, ts)
 
 
 def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_steps=None):

@@ -45,6 +45,7 @@ from jaxtyping import Array, Bool, Complex, Float
 
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection
+from ._segments import Problem, solve_problem
 from ._solve import RESULTS, Solution, save_times, step_statistics
 from ._vector_field import _is_concrete
 
@@ -378,9 +379,17 @@ def _ws_rhs(t, y, args):
     return jnp.stack([jnp.real(dzeta), jnp.imag(dzeta), dPsi]).astype(y.dtype)
 
 
-@eqx.filter_jit
-def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
-    dtype = ts.dtype
+class WatanabeStrogatzChecks(eqx.Module):
+    """What `finish_watanabe_strogatz` needs of `prepare_watanabe_strogatz`."""
+
+    bad: Bool[Array, ""]
+    degenerate: Bool[Array, ""]
+    constants: WatanabeStrogatzConstants
+
+
+def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
+    """The Watanabe–Strogatz `Problem` for the constants `consts`, with the per-member
+    input checks (a rejected member runs a zero field: cheap, cannot poison a batch)."""
     bad = ~(
         jnp.all(jnp.isfinite(A))
         & jnp.all(jnp.isfinite(V))
@@ -393,33 +402,40 @@ def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps
     # Real constants ψ_k (not complex w_k) in args: diffrax is happiest with real pytrees.
     psi = jnp.where(invalid, 0, consts.psi).astype(dtype)
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta), psi)
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_ws_rhs),
-        DiscProjection(solver),
-        t0=t0,
-        t1=t1,
-        dt0=dt0,
+    problem = Problem(
+        term=diffrax.ODETerm(_ws_rhs),
+        solver=DiscProjection(solver),
         y0=jnp.where(invalid, 0, y0),
         args=args,
-        saveat=diffrax.SaveAt(ts=ts, solver_state=True),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        adjoint=adjoint,
-        max_steps=max_steps,
-        throw=False,
+        controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        save_solver_state=True,
     )
+    return problem, WatanabeStrogatzChecks(bad=bad, degenerate=degenerate, constants=consts)
+
+
+def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
+    """The `WatanabeStrogatzSolution` of a finished solve (whole or segmented)."""
+    invalid = checks.bad | checks.degenerate
     ys = jnp.where(invalid, jnp.nan, sol.ys)
     result = RESULTS.promote(sol.result)
-    result = RESULTS.where(degenerate, RESULTS.degenerate_configuration, result)
-    result = RESULTS.where(bad, RESULTS.nonfinite_argument, result)
+    result = RESULTS.where(checks.degenerate, RESULTS.degenerate_configuration, result)
+    result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
     return WatanabeStrogatzSolution(
         ts=ts,
         zeta=ys[:, 0] + 1j * ys[:, 1],
         Psi=ys[:, 2],
-        constants=consts,
+        constants=checks.constants,
         result=result,
         **step_statistics(sol),
         disc_overshoot=jnp.where(invalid, jnp.nan, sol.solver_state[1]),
     )
+
+
+@eqx.filter_jit
+def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
+    problem, checks = prepare_watanabe_strogatz(A, V, beta, consts, ts.dtype, solver, rtol, atol)
+    sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
+    return finish_watanabe_strogatz(checks, sol, ts)
 
 
 def solve_watanabe_strogatz(
