@@ -1,5 +1,6 @@
 """Regime classification: closed-form R₂ series, particle runs of the presets, traps."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +15,8 @@ from jaxattn.dynamics._regimes import (
     classify_regime,
     cluster_structure,
     clustering_gap,
+    decision_margin,
+    default_gap_floor,
     regime_name,
 )
 from jaxattn.sphere import sample_uniform
@@ -217,3 +220,58 @@ def test_high_d_block_embedding_keeps_regimes():
     expected = ["rotating", "oscillation", "clustering", "interior"]
     for i, name in enumerate(names):
         assert got[i] == expected[i], (name, jax.tree.map(lambda a: a[i], ev).as_dict())
+
+
+def _geometric_clustering():
+    """R₂ with the gap exactly `0.5 e^{−0.1 t}` (geometric), on t ∈ [0, 100]: clustering,
+    decided by the steady rate of the gap (its rate ratio is 1, 0.105 from 0.9)."""
+    t = jnp.linspace(0.0, 100.0, 1001)
+    R2 = jnp.sqrt(1 - 0.5 * jnp.exp(-0.1 * t)) * jnp.exp(0.3j)
+    regime, ev = classify_order_parameter(t, R2)
+    motion = np.abs(np.diff(np.asarray(R2))) / 0.1
+    thresholds = dict(
+        gap_floor=default_gap_floor(np.float64),
+        motion_floor=1e-5 * max(motion.max(), 1 / 0.1),  # default rest_tol in float64
+        window_span=50.0,
+    )
+    return regime, ev, thresholds
+
+
+def test_decision_margin_is_the_distance_to_the_nearest_deciding_threshold():
+    regime, ev, thr = _geometric_clustering()
+    assert regime_name(regime) == "clustering"
+    margin, rule = decision_margin(ev, regime=regime, **thr)
+    # an exact geometric decay: rate ratio 1, log(1/0.9) e-folds from the steady test
+    np.testing.assert_allclose(margin, np.log(1 / 0.9), rtol=1e-6)
+    assert rule == "gap_rate_above"
+    # move the deciding quantity towards either threshold: the margin follows it
+    for ratio, expected, name in [
+        (0.92, np.log(0.92 / 0.9), "gap_rate_above"),
+        (1.48, np.log(1.5 / 1.48), "gap_rate_below"),
+    ]:
+        moved = eqx.tree_at(lambda e: e.gap_rate_ratio, ev, jnp.asarray(ratio))
+        margin, rule = decision_margin(moved, **thr)
+        np.testing.assert_allclose(margin, expected, rtol=1e-12)
+        assert rule == name
+    # e-folds are logarithms already: the distance is their difference
+    moved = eqx.tree_at(lambda e: e.gap_decay, ev, jnp.asarray(2.01))
+    margin, rule = decision_margin(moved, **thr)
+    np.testing.assert_allclose(margin, 0.01, rtol=1e-9)
+    assert rule == "gap_efolds"
+
+
+def test_decision_margin_batches_and_reports_what_it_cannot_judge():
+    regime, ev, thr = _geometric_clustering()
+    fields = {k: np.asarray(getattr(ev, k)) for k in ev.__dataclass_fields__}
+    batch = {
+        k: np.stack([v, np.full_like(v, np.nan) if v.dtype.kind == "f" else -1 + 0 * v])
+        for k, v in fields.items()
+    }
+    margin, rule = decision_margin(batch, **thr)
+    np.testing.assert_allclose(margin[0], np.log(1 / 0.9), rtol=1e-6)
+    assert np.isnan(margin[1]) and rule[1] == ""  # no measurement: no margin
+    # the classifier decided otherwise than the rules re-evaluated here: margin 0
+    margin, rule = decision_margin(ev, regime=REGIMES.undetermined, **thr)
+    assert margin == 0 and rule == "rules disagree"
+    with pytest.raises(ValueError, match="lacks the field 'period'"):
+        decision_margin({k: v for k, v in fields.items() if k != "period"}, **thr)

@@ -49,6 +49,11 @@ __all__ = [
     "NUM_BLOCKS",
 ]
 
+# `chaos_verdict`'s rule, `λ_1 > max(CHAOS_CONFIDENCE σ_1, CHAOS_FLOOR)` (also read by
+# `decision_margin` for the distance of a sweep member's exponent to it).
+CHAOS_CONFIDENCE = 3.0
+CHAOS_FLOOR = 1e-3
+
 # Blocks of the block-averaging standard error (see `LyapunovSpectrum.uncertainty`).
 NUM_BLOCKS = 8
 
@@ -105,7 +110,7 @@ class LyapunovSpectrum(eqx.Module):
 
 
 def chaos_verdict(
-    spectrum: LyapunovSpectrum, *, confidence: float = 3.0, floor: float = 1e-3
+    spectrum: LyapunovSpectrum, *, confidence: float = CHAOS_CONFIDENCE, floor: float = CHAOS_FLOOR
 ) -> tuple[Bool[Array, "..."], dict]:
     r"""Decide whether a measured spectrum shows chaos.
 

@@ -12,14 +12,19 @@ Everything here is traceable: no Python control flow on values, so `classify_reg
 finite gradients everywhere, including at exact consensus (all tokens equal).
 """
 
+import functools
+import operator
 import warnings
+from collections.abc import Mapping
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, Int
 
 from ..sphere import geodesic_distance, normalise
+from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import Trajectory
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
     "clustering_gap",
     "cluster_structure",
     "default_gap_floor",
+    "decision_margin",
 ]
 
 
@@ -61,6 +67,7 @@ class REGIMES(eqx.Enumeration):
 
 
 _NAMES = {int(item._value): name for name, item in REGIMES._name_to_item.items()}
+_CODE = {name: value for value, name in _NAMES.items()}
 
 
 def regime_name(regime) -> str | np.ndarray:
@@ -237,6 +244,346 @@ def _peak_to_peak(x):
     return jnp.max(x) - jnp.min(x)
 
 
+# ------------------------------------------------------------------------- the rules
+# Every elementary test of the classifier: (name, quantity, comparison, threshold, kind).
+# A threshold is a number or the name of a floor ("gap_floor", "motion_floor",
+# "spread_floor" = 100 gap_floor). `kind` says how `decision_margin` measures the distance
+# of the quantity to its threshold: "level" and "ratio" by |log(q/θ)|, "efolds" (already
+# a log) by |q − θ|, "count" (crossings) through the periods held by the window.
+_EFOLDS = 2.0  # e-folds across the window that read as convergence
+_RULES = (
+    ("at_floor", "late_gap", operator.le, "gap_floor", "level"),
+    ("gap_efolds", "gap_decay", operator.ge, _EFOLDS, "efolds"),
+    ("gap_rate_above", "gap_rate_ratio", operator.gt, 0.9, "ratio"),
+    ("gap_rate_below", "gap_rate_ratio", operator.lt, 1.5, "ratio"),
+    ("reached", "abs_final_gap", operator.le, "gap_floor", "level"),
+    ("rest_level", "final_motion", operator.le, "motion_floor", "level"),
+    ("motion_efolds", "motion_decay", operator.ge, _EFOLDS, "efolds"),
+    ("motion_rate_above", "motion_rate_ratio", operator.gt, 0.9, "ratio"),
+    ("motion_rate_below", "motion_rate_ratio", operator.lt, 1.5, "ratio"),
+    ("motion_persists", "motion_decay", operator.lt, 0.25, "efolds"),
+    ("spread", "min_gap", operator.gt, "spread_floor", "level"),
+    ("gap_stable", "abs_gap_decay", operator.lt, 0.05, "efolds"),
+    ("recurrent", "crossings", operator.ge, 3, "count"),
+    ("swing", "peak_to_peak", operator.gt, "spread_floor", "level"),
+    ("periodic_above", "amplitude_ratio", operator.gt, 0.7, "ratio"),
+    ("periodic_below", "amplitude_ratio", operator.lt, 1 / 0.7, "ratio"),
+    ("motion_steady", "abs_motion_decay", operator.lt, 0.1, "efolds"),
+)
+
+
+def _default_rest_tol(dtype) -> float:
+    """Default `rest_tol` of the classifiers: `max(1e-5, 10 sqrt(eps))`."""
+    return max(1e-5, 10 * float(np.sqrt(jnp.finfo(dtype).eps)))
+
+
+def _thresholds(gap_floor, motion_floor):
+    return dict(gap_floor=gap_floor, motion_floor=motion_floor, spread_floor=100 * gap_floor)
+
+
+def _atoms(quantities, *, gap_floor, motion_floor) -> dict:
+    """The elementary tests of `_RULES` (JAX or NumPy booleans, as the inputs are)."""
+    thr = _thresholds(gap_floor, motion_floor)
+    return {
+        name: cmp(quantities[q], thr[t] if isinstance(t, str) else t)
+        for name, q, cmp, t, _ in _RULES
+    }
+
+
+def _verdicts(a):
+    """`(is_cluster, is_rotating, is_interior, is_oscillation)` from the tests of `_atoms`;
+    the one combination of the rules, shared by the classifier (traced) and by
+    `decision_margin` (NumPy)."""
+    # Geometric convergence: ≥ 2 e-folds across the window at a steady rate (an algebraic
+    # t^-p approach slows down, ratio < 0.9), or ≥ 2 e-folds that end at the floor (the
+    # rate looks unsteady only because the series stopped at rounding level).
+    clustered = a["at_floor"] | (
+        a["gap_efolds"] & ((a["gap_rate_above"] & a["gap_rate_below"]) | a["reached"])
+    )
+    at_rest = a["rest_level"] | (
+        a["motion_efolds"] & a["motion_rate_above"] & a["motion_rate_below"]
+    )
+    # Persistent: moving and not decaying (a slow growth, e.g. the beat of a finite-n
+    # quasi-periodic orbit, is fine; an orbit leaving its amplitude band is caught by
+    # `sustained`).
+    persistent = ~a["rest_level"] & a["motion_persists"]
+    # Sustained: a periodic signal with an undamped amplitude, or (quasi-periodic motion,
+    # e.g. many incommensurate blocks in high d) a recurrent signal while the gap holds
+    # still and the motion keeps a steady level.
+    periodic = a["periodic_above"] & a["periodic_below"]
+    steady_motion = a["gap_stable"] & a["motion_steady"]
+    sustained = a["recurrent"] & a["swing"] & (periodic | steady_motion)
+    is_cluster = clustered & at_rest
+    is_rotating = clustered & ~at_rest & persistent
+    is_interior = ~clustered & a["spread"] & a["gap_stable"] & at_rest
+    is_oscillation = ~clustered & a["spread"] & ~at_rest & persistent & sustained
+    return is_cluster, is_rotating, is_interior, is_oscillation
+
+
+def _codes(atoms) -> np.ndarray:
+    """NumPy: the `REGIMES` value decided by the tests (priority as in `_decide`)."""
+    is_cluster, is_rotating, is_interior, is_oscillation = _verdicts(atoms)
+    return np.select(
+        [is_cluster, is_rotating, is_interior, is_oscillation],
+        [_CODE[k] for k in ("clustering", "rotating", "interior", "oscillation")],
+        _CODE["undetermined"],
+    )
+
+
+def _log_distance(q, thr):
+    """`|log(q/θ)|`; infinite for `q ≤ 0` (a level at zero or a ratio of rates of
+    opposite sign is as far from a positive threshold as it gets); NaN stays NaN."""
+    q = np.asarray(q, np.float64)
+    thr = np.asarray(thr, np.float64)
+    pos = q > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.abs(np.log(np.where(pos, q, 1.0) / thr))
+    return np.where(pos, d, np.where(np.isnan(q), np.nan, np.inf))
+
+
+def _rule_distance(kind, q, thr, periods):
+    if kind == "efolds":
+        return np.abs(np.asarray(q, np.float64) - thr)
+    if kind == "count":
+        # `c ≥ θ` up-crossings in a window holding `x` periods: any phase gives `c ≥ θ`
+        # when `x ≥ θ`, none when `x < θ − 1`; in between the phase decides (distance 0).
+        x = np.asarray(periods, np.float64)
+        above = _log_distance(x, thr)
+        below = _log_distance(x, thr - 1)
+        return np.where(x >= thr, above, np.where(x < thr - 1, below, 0.0))
+    return _log_distance(q, thr)
+
+
+def _series_extras(ts, gap, *, window, rest_tol, motion=None, signal=None, final_motion=None):
+    """NumPy, batched over a leading axis: the window quantities `decision_margin` needs
+    that `RegimeEvidence` does not hold, from the series the classifier read (`ts`
+    `(batch, times)`, `gap`, and in d = 2 the motion `|dR₂/dt|` `(batch, times − 1)` and
+    the signal `Re R₂`). Without the motion, the motion floor is its lower bound
+    `rest_tol max(final_motion, 1/Δt)`; without the signal, crossings are left out."""
+    ts = np.asarray(ts, np.float64)
+    gap = np.asarray(gap, np.float64)
+    start = _window_start(ts.shape[-1], window)
+    gw = gap[..., start:]
+    mean_dt = (ts[..., -1] - ts[..., 0]) / (ts.shape[-1] - 1)
+    if motion is not None:
+        motion = np.asarray(motion, np.float64)
+        scale = np.max(np.where(np.isfinite(motion), motion, 0.0), axis=-1)
+    else:
+        scale = np.asarray(final_motion, np.float64)
+    out = dict(
+        motion_floor=rest_tol * np.fmax(scale, 1 / mean_dt),
+        window_span=ts[..., -1] - ts[..., start],
+        late_gap=np.max(np.abs(_thirds(gw)[2]), axis=-1),
+        min_gap=np.min(gw, axis=-1),
+    )
+    if signal is not None:
+        sw = np.asarray(signal, np.float64)[..., start:]
+        sw = sw - np.mean(sw, axis=-1, keepdims=True)
+        out["crossings"] = np.sum((sw[..., :-1] < 0) & (sw[..., 1:] >= 0), axis=-1)
+    return out
+
+
+def _field(evidence, name):
+    if isinstance(evidence, RegimeEvidence):
+        return np.asarray(getattr(evidence, name))
+    return np.asarray(evidence[name])
+
+
+def _chaos_override(codes, chaos):
+    return codes if chaos is None else np.where(chaos, _CODE["chaotic"], codes)
+
+
+def _host_rules(
+    where,
+    evidence,
+    *,
+    gap_floor,
+    motion_floor,
+    window_span,
+    crossings=None,
+    late_gap=None,
+    min_gap=None,
+    chaos_floor=CHAOS_FLOOR,
+) -> dict:
+    """NumPy: the rules' quantities, tests and decided `REGIMES` values for stored
+    evidence (see `decision_margin` for the arguments and the defaults)."""
+    needed = (
+        "final_gap",
+        "gap_decay",
+        "gap_rate_ratio",
+        "motion_decay",
+        "motion_rate_ratio",
+        "final_motion",
+        "period",
+        "amplitude",
+        "amplitude_ratio",
+    )
+    try:
+        ev = {k: _field(evidence, k).astype(np.float64) for k in needed}
+    except (KeyError, AttributeError) as err:
+        raise ValueError(f"{where}: evidence lacks the field {err}.") from None
+    shape = np.broadcast_shapes(*(v.shape for v in ev.values()))
+    final_gap, period = ev["final_gap"], ev["period"]
+    window_span = np.asarray(window_span, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_window = window_span / period
+    if crossings is None:
+        crossings = np.where(np.isfinite(per_window), np.round(per_window), 0)
+    crossings = np.asarray(crossings)
+    periods = np.where((crossings >= 2) & np.isfinite(per_window), per_window, crossings + 0.5)
+    q = dict(
+        ev,
+        late_gap=np.abs(final_gap) if late_gap is None else np.asarray(late_gap, np.float64),
+        abs_final_gap=np.abs(final_gap),
+        abs_gap_decay=np.abs(ev["gap_decay"]),
+        abs_motion_decay=np.abs(ev["motion_decay"]),
+        min_gap=final_gap if min_gap is None else np.asarray(min_gap, np.float64),
+        crossings=crossings,
+        peak_to_peak=2 * ev["amplitude"],
+    )
+    gap_floor = np.asarray(gap_floor, np.float64)
+    motion_floor = np.asarray(motion_floor, np.float64)
+    with np.errstate(invalid="ignore"):
+        atoms = {
+            k: np.broadcast_to(v, shape)
+            for k, v in _atoms(q, gap_floor=gap_floor, motion_floor=motion_floor).items()
+        }
+    chaos = chaos_distance = None
+    if not isinstance(evidence, RegimeEvidence) and {
+        "lyapunov_max",
+        "lyapunov_uncertainty",
+    } <= set(evidence):
+        lam = np.asarray(evidence["lyapunov_max"], np.float64)
+        sig = np.asarray(evidence["lyapunov_uncertainty"], np.float64)
+        chaos_thr = np.fmax(CHAOS_CONFIDENCE * sig, chaos_floor)
+        with np.errstate(invalid="ignore"):
+            chaos = np.broadcast_to(np.isfinite(lam) & (lam > chaos_thr), shape)
+        chaos_distance = np.broadcast_to(_log_distance(lam, chaos_thr), shape)
+    return dict(
+        shape=shape,
+        quantities=q,
+        periods=periods,
+        thresholds=_thresholds(gap_floor, motion_floor),
+        atoms=atoms,
+        chaos=chaos,
+        chaos_distance=chaos_distance,
+        regime=_chaos_override(_codes(atoms), chaos),
+    )
+
+
+def decision_margin(
+    evidence: RegimeEvidence | Mapping[str, np.ndarray],
+    *,
+    gap_floor: float | np.ndarray,
+    motion_floor: float | np.ndarray,
+    window_span: float | np.ndarray,
+    crossings: np.ndarray | None = None,
+    late_gap: np.ndarray | None = None,
+    min_gap: np.ndarray | None = None,
+    regime: REGIMES | np.ndarray | None = None,
+    chaos_floor: float | np.ndarray = CHAOS_FLOOR,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""How close a classification was to one of the classifier's thresholds.
+
+    The classifiers (`classify_order_parameter`, `classify_regime`, `classify_tokens`,
+    a sweep) decide a regime by a fixed combination of elementary tests, each a measured
+    quantity against a threshold: the late gap against `gap_floor` (at the floor,
+    reached), the gap's and the motion's e-folds against 2, 0.25, 0.1 and 0.05, their
+    rate ratios against 0.9 and 1.5, the final motion against the motion floor, the
+    smallest gap and the signal's swing against `100 gap_floor`, the amplitude ratio
+    against 0.7 and 1/0.7, the up-crossings against 3 (and, in a sweep that measured them,
+    the largest Lyapunov exponent against `max(3σ, floor)`, as `chaos_verdict`). A test is
+    *deciding* if reversing it alone changes the regime. The margin is the smallest
+    distance of a deciding test's quantity to its threshold:
+
+    - levels and ratios: `|log(q/θ)|` (≈ the relative distance `|q − θ|/θ`);
+    - e-fold counts (already logarithms): `|q − θ|`;
+    - the crossing count `c ≥ 3`: with `x = window_span / period` periods in the window,
+      `log(x/3)` above, `log(2/x)` below, and 0 for `2 ≤ x < 3`, where one crossing more
+      or less depends on the phase alone (without a period, `x = c + ½`).
+
+    All in e-folds: a margin of 0.05 means a 5 % change of one quantity (or of its
+    threshold: a dtype's default floors, the horizon) reverses the decision. Runs of the
+    same member in float32 and float64, or with a slightly different horizon, may decide
+    differently when the margin is small (`SweepResult.near_boundary` flags margins
+    below 0.05 by default: the rate ratio of an exact geometric convergence is `0.105`
+    from its `0.9` threshold, so a tolerance of `0.1` or more flags it).
+
+    Computed on the host with NumPy from the stored evidence: nothing of the compiled
+    classifier changes.
+
+    **Arguments:**
+
+    - `evidence`: a `RegimeEvidence` (one run or a batch) or a mapping of its field names
+      to arrays of a common batch shape (`SweepResult.evidence`); a mapping that also
+      holds `lyapunov_max` and `lyapunov_uncertainty` adds the chaos test.
+    - `gap_floor`: the gap floor the classifier used (`default_gap_floor(dtype)` if it
+      was given none; a sweep: `max(default_gap_floor(dtype), 10 rtol)`).
+    - `motion_floor`: the motion floor it used, `rest_tol · max(largest motion, 1/Δt)`
+      (Δt the mean save interval), in the evidence's time unit.
+    - `window_span`: the duration of the late window, same unit.
+    - `crossings`: the up-crossings of the oscillation signal in the window; default:
+      `round(window_span / period)` where a period was measured, else 0.
+    - `late_gap`: the largest `|gap|` over the last third of the window; default
+      `|final_gap|`.
+    - `min_gap`: the smallest gap over the window; default `final_gap`.
+    - `regime`: the regime the classifier decided; where the rules re-evaluated here
+      decide otherwise (a quantity on a threshold to rounding, or a default above that
+      is off), the margin is 0.
+    - `chaos_floor`: the `floor` of `chaos_verdict`, in the evidence's inverse time unit.
+
+    **Returns:** `(margin, rule)`: NumPy arrays of the batch shape; `margin` in e-folds
+    (`inf` when no single test can change the regime, NaN for a run without a measurement,
+    e.g. a failed sweep member), `rule` the name of the nearest deciding test (`""` when
+    none; `"rules disagree"` for the case of `regime` above).
+
+    **Raises:** `ValueError` if `evidence` lacks a field the rules read.
+
+    Source: the classifier's rules (`classify_order_parameter`); the float32/float64
+    disagreement it flags is item "near-boundary flag" of the project's reliability trial.
+    """
+    rules = _host_rules(
+        "decision_margin",
+        evidence,
+        gap_floor=gap_floor,
+        motion_floor=motion_floor,
+        window_span=window_span,
+        crossings=crossings,
+        late_gap=late_gap,
+        min_gap=min_gap,
+        chaos_floor=chaos_floor,
+    )
+    atoms, chaos, shape = rules["atoms"], rules["chaos"], rules["shape"]
+    base = rules["regime"]
+    margin = np.full(shape, np.inf)
+    rule = np.full(shape, "", dtype=object)
+
+    def consider(name, pivotal, distance):
+        nearer = pivotal & (np.nan_to_num(distance, nan=np.inf) < margin)
+        margin[nearer] = distance[nearer]
+        rule[nearer] = name
+
+    thr, q = rules["thresholds"], rules["quantities"]
+    for name, qn, _, t, kind in _RULES:
+        flipped = dict(atoms, **{name: ~atoms[name]})
+        distance = _rule_distance(
+            kind, q[qn], thr[t] if isinstance(t, str) else t, rules["periods"]
+        )
+        pivotal = _chaos_override(_codes(flipped), chaos) != base
+        consider(name, pivotal, np.broadcast_to(distance, shape))
+    if chaos is not None:
+        consider("chaotic", _chaos_override(_codes(atoms), ~chaos) != base, rules["chaos_distance"])
+    if regime is not None:
+        value = regime._value if isinstance(regime, REGIMES) else regime
+        disagree = np.broadcast_to(np.asarray(value) != base, shape)
+        margin[disagree] = 0.0
+        rule[disagree] = "rules disagree"
+    missing = ~np.isfinite(np.broadcast_to(rules["quantities"]["final_gap"], shape))
+    margin[missing] = np.nan
+    rule[missing] = ""
+    return margin, rule
+
+
 def _decide(
     *,
     ts,
@@ -255,7 +602,6 @@ def _decide(
 ):
     """Shared decision rules on a late window of the gap, the motion and a scalar signal."""
     dtype = gap.dtype
-    eps = float(jnp.finfo(dtype).eps)
     if gap_floor is None:
         gap_floor = default_gap_floor(dtype)
     start = _window_start(ts.shape[0], window)
@@ -272,25 +618,12 @@ def _decide(
     # rest) steps jitters at the level of the solver tolerance (~1e-8 rad at rtol 1e-7),
     # which must not read as rotation.
     if rest_tol is None:
-        rest_tol = max(1e-5, 10 * float(np.sqrt(eps)))
+        rest_tol = _default_rest_tol(dtype)
     mean_dt = (ts[-1] - ts[0]) / (ts.shape[0] - 1)
     motion_floor = rest_tol * jnp.maximum(motion_scale, 1 / mean_dt)
     motion_decay, motion_ratio = _rate_evidence(tmw, mw, motion_floor)
     final_motion = jnp.mean(_thirds(mw)[2])
     final_gap = gw[-1]
-
-    steady = lambda ratio: (ratio > 0.9) & (ratio < 1.5)
-    at_floor = jnp.max(jnp.abs(_thirds(gw)[2])) <= gap_floor
-    # Geometric convergence: ≥ 2 e-folds across the window at a steady rate (an algebraic
-    # t^-p approach slows down, ratio < 0.9), or ≥ 2 e-folds that end at the floor (the
-    # rate looks unsteady only because the series stopped at rounding level).
-    efolds = 2.0
-    reached = jnp.abs(final_gap) <= gap_floor
-    clustered = at_floor | ((gap_decay >= efolds) & (steady(gap_ratio) | reached))
-    at_rest = (final_motion <= motion_floor) | ((motion_decay >= efolds) & steady(motion_ratio))
-    # not decaying (a slow growth, e.g. the beat of a finite-n quasi-periodic orbit, is fine;
-    # an orbit leaving its amplitude band is caught by `sustained`)
-    persistent = (final_motion > motion_floor) & (motion_decay < 0.25)
 
     sw = signal[start:]
     sw = sw - jnp.mean(sw)
@@ -298,21 +631,24 @@ def _decide(
     half = sw.shape[0] // 2
     p2p = _peak_to_peak(sw)
     amp_ratio = _safe_div(_peak_to_peak(sw[half:]), _peak_to_peak(sw[:half]))
-    spread = jnp.min(gw) > 100 * gap_floor
-    gap_stable = jnp.abs(gap_decay) < 0.05
     period = jnp.where(p2p > 100 * gap_floor, period, jnp.nan)
-    recurrent = (count >= 3) & (p2p > 100 * gap_floor)
-    # Sustained: a periodic signal with an undamped amplitude, or (quasi-periodic motion,
-    # e.g. many incommensurate blocks in high d) a recurrent signal while the gap holds
-    # still and the motion keeps a steady level.
-    periodic = (amp_ratio > 0.7) & (amp_ratio < 1 / 0.7)
-    steady_motion = gap_stable & (jnp.abs(motion_decay) < 0.1)
-    sustained = recurrent & (periodic | steady_motion)
-
-    is_cluster = clustered & at_rest
-    is_rotating = clustered & ~at_rest & persistent
-    is_interior = ~clustered & spread & gap_stable & at_rest
-    is_oscillation = ~clustered & spread & ~at_rest & persistent & sustained
+    quantities = dict(
+        late_gap=jnp.max(jnp.abs(_thirds(gw)[2])),
+        abs_final_gap=jnp.abs(final_gap),
+        gap_decay=gap_decay,
+        abs_gap_decay=jnp.abs(gap_decay),
+        gap_rate_ratio=gap_ratio,
+        final_motion=final_motion,
+        motion_decay=motion_decay,
+        abs_motion_decay=jnp.abs(motion_decay),
+        motion_rate_ratio=motion_ratio,
+        min_gap=jnp.min(gw),
+        crossings=count,
+        peak_to_peak=p2p,
+        amplitude_ratio=amp_ratio,
+    )
+    atoms = _atoms(quantities, gap_floor=gap_floor, motion_floor=motion_floor)
+    is_cluster, is_rotating, is_interior, is_oscillation = _verdicts(atoms)
     # a failed run (NaN tokens) or a broken series is undetermined, whatever the rules say
     valid = jnp.all(jnp.isfinite(gw)) & jnp.all(jnp.isfinite(mw)) & jnp.all(jnp.isfinite(sw))
     is_cluster, is_rotating, is_interior, is_oscillation = (
@@ -694,3 +1030,17 @@ def classify_tokens(
     if xs.shape[1] == 1:  # degenerate: see the warning above
         regime = REGIMES.where(jnp.ones((), bool), REGIMES.undetermined, regime)
     return regime, evidence
+
+
+@functools.partial(jax.jit, static_argnames=("window", "gap_floor", "rest_tol"))
+def _classify_order_parameter_batch(ts, R2, *, window, gap_floor, rest_tol):
+    """`classify_order_parameter` of a batch of `(ts, R2)` rows; the `REGIMES` values
+    (re-judging stored series with other floors, `SweepResult.floor_sensitive`)."""
+
+    def one(t, r):
+        regime, _ = classify_order_parameter(
+            t, r, window=window, gap_floor=gap_floor, rest_tol=rest_tol
+        )
+        return regime._value
+
+    return jax.vmap(one)(ts, R2)

@@ -829,6 +829,137 @@ class SweepResult:
             x = getattr(self, field)
         return x.reshape(tuple(self.shape) + x.shape[1:])
 
+    def _rule_inputs(self, dtype=None) -> dict:
+        """Floors (`gap_floor`, `rest_tol`) and the window quantities of `decision_margin`
+        for every member: the sweep's own, or (`dtype` given) those a sweep in `dtype`
+        would have used for the floors it left at their default."""
+        from ._regimes import _default_rest_tol, _series_extras
+
+        cfg = self.config
+        own = np.real(self.order).dtype
+        gap_floor, rest_tol = cfg.get("gap_floor"), cfg.get("rest_tol")
+        if gap_floor is None:  # as `_member` resolves it
+            gap_floor = max(default_gap_floor(dtype or own), 10 * cfg["rtol"])
+        if rest_tol is None:
+            rest_tol = _default_rest_tol(dtype or own)
+        with np.errstate(all="ignore"):
+            ts = np.asarray(self.ts, np.float64)
+            if cfg["d"] == 2:
+                R2 = np.asarray(self.R2, np.complex128)
+                series = dict(
+                    motion=np.abs(np.diff(R2, axis=-1)) / np.diff(ts, axis=-1),
+                    signal=R2.real,
+                )
+                gap = 1 - np.abs(R2) ** 2
+            else:
+                series = dict(final_motion=self.evidence["final_motion"])
+                gap = 1 - np.asarray(self.order, np.float64) ** 2
+            extras = _series_extras(ts, gap, window=cfg["window"], rest_tol=rest_tol, **series)
+        return dict(gap_floor=gap_floor, rest_tol=rest_tol, **extras)
+
+    def _degenerate(self) -> bool:
+        """One token: reported undetermined whatever its evidence (not a threshold)."""
+        return self.config["n"] == 1 and self.config["method"] != "ott_antonsen"
+
+    def decision_margins(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each member's `decision_margin`: how close its classification was to one of the
+        classifier's thresholds, from the stored evidence and series (on the host; the
+        compiled sweep is not involved).
+
+        The thresholds are the member's own (`gap_floor` resolved as the sweep does,
+        `rest_tol` or the classifier's default for the sweep's dtype). In d = 2 the window
+        quantities the evidence lacks (motion floor, crossings, late and smallest gap) are
+        recomputed from the stored `R2` and `ts`, exactly as the classifier read them; in
+        d > 2 the gaps come from `order`, the motion floor is its lower bound
+        `rest_tol max(final_motion, 1/Δt)` and the crossings are estimated from `period`
+        (a member whose re-evaluated rules then disagree with its regime gets margin 0).
+
+        **Returns:** `(margin, rule)`, `(batch,)` arrays: the margin in e-folds (`inf`
+        where no single test can change the regime, e.g. a degenerate `n = 1` member; NaN
+        for failed and not-run members) and the name of the nearest deciding test.
+        """
+        from ._lyapunov import CHAOS_FLOOR
+        from ._regimes import decision_margin
+
+        inputs = self._rule_inputs()
+        inputs.pop("rest_tol")
+        with np.errstate(all="ignore"):
+            margin, rule = decision_margin(
+                self.evidence,
+                regime=self.regime,
+                chaos_floor=CHAOS_FLOOR * np.asarray(self.rate, np.float64),
+                **inputs,
+            )
+        if self._degenerate():
+            margin = np.where(np.isnan(margin), np.nan, np.inf)
+            rule = np.full(margin.shape, "", dtype=object)
+        return margin, rule
+
+    @property
+    def floor_sensitive(self) -> np.ndarray:
+        """Members whose regime changes between the default floors of float32 and of
+        float64, `(batch,)` bool: the same trajectory judged by both.
+
+        The defaults differ by dtype (`gap_floor` `max(sqrt(eps), 1e-6, 10 rtol)`: 3.5e-4
+        against 1e-6 at rtol 1e-7; `rest_tol` 3.5e-3 against 1e-5): a gap of 1e-5 reads
+        as "reached" in float32 and not in float64, however far it is from either floor.
+        Only floors the sweep left at their default count; with `gap_floor` and
+        `rest_tol` both given, no member is floor-sensitive. In d = 2 the stored `R2` and
+        `ts` are judged again by `classify_order_parameter` under each dtype's floors
+        (exact: the rules read only `R₂`; one small compilation per floor set and
+        shape); in d > 2 the rules are re-evaluated on the stored evidence, whose e-fold
+        counts were measured against the sweep's own floors (approximate).
+        """
+        from ._regimes import _classify_order_parameter_batch, _host_rules
+
+        cfg = self.config
+        measured = np.isfinite(np.asarray(self.evidence["final_gap"], np.float64))
+        if (cfg.get("gap_floor") is not None and cfg.get("rest_tol") is not None) or (
+            self._degenerate()
+        ):
+            return np.zeros(self.regime.shape, bool)
+        decided = []
+        for dt in (np.float32, np.float64):
+            inputs = self._rule_inputs(dt)
+            if cfg["d"] == 2:
+                ok = measured & np.all(np.isfinite(self.ts), axis=-1)
+                codes = _classify_order_parameter_batch(
+                    np.where(ok[:, None], self.ts, np.arange(self.ts.shape[-1])),
+                    np.where(ok[:, None], self.R2, 0).astype(self.R2.dtype),
+                    window=cfg["window"],
+                    gap_floor=float(inputs["gap_floor"]),
+                    rest_tol=float(inputs["rest_tol"]),
+                )
+                decided.append(np.asarray(codes))
+            else:
+                inputs.pop("rest_tol")
+                with np.errstate(all="ignore"):
+                    rules = _host_rules("SweepResult.floor_sensitive", self.evidence, **inputs)
+                decided.append(rules["regime"])
+        return measured & (decided[0] != decided[1])
+
+    def near_boundary_mask(self, tol: float = 0.05) -> np.ndarray:
+        """Members whose classification is fragile, `(batch,)` bool: a deciding quantity
+        within `tol` e-folds of its threshold (`decision_margins`, about `100 tol` %), or a
+        decision that changes with the dtype's default floors (`floor_sensitive`).
+        Another dtype, horizon, floor or random draw may well decide such a member
+        otherwise. The default 0.05 stays below the 0.105 that separates the rate ratio of
+        an exact geometric convergence from its 0.9 threshold. Failed and not-run members
+        are never flagged (see `failed`, `completed`).
+
+        **Raises:** `ValueError` for a negative or non-finite `tol`.
+        """
+        if not (np.isfinite(tol) and tol >= 0):
+            raise ValueError(f"SweepResult.near_boundary_mask: tol must be >= 0, got {tol!r}.")
+        margin, _ = self.decision_margins()
+        with np.errstate(invalid="ignore"):
+            return np.asarray(margin < tol) | self.floor_sensitive
+
+    @property
+    def near_boundary(self) -> np.ndarray:
+        """`near_boundary_mask()` at its default tolerance (0.05 e-folds), `(batch,)` bool."""
+        return self.near_boundary_mask()
+
     @classmethod
     def load(cls, out_dir) -> SweepResult:
         """Reload a finished or interrupted sweep from its folder alone.
