@@ -208,7 +208,9 @@ def advance_segments(
     t_end = sol.ts[1][0]
     # Saves made in this segment: the next ones in order, up to the time reached.
     index = jnp.arange(ts.shape[0])
-    reached = jnp.sum(ts <= t_end)
+    # A segment whose steps were all rejected saved nothing (diffrax saves after an
+    # accepted step only), not even a save time equal to its start.
+    reached = jnp.where(t_end > tprev, jnp.sum(ts <= t_end), state.num_saved)
     new = (index >= state.num_saved) & (index < reached) & ~state.done
     ys = jax.tree.map(
         lambda old, seg: jnp.where(new.reshape((-1,) + (1,) * (old.ndim - 1)), seg, old),
