@@ -179,3 +179,81 @@ def test_batched_segments_with_a_finished_member_keep_it_unchanged():
     for i, whole in enumerate(wholes):
         seg = segments_solution(jax.tree.map(lambda x: x[i], state))
         _same(whole, seg)
+
+
+# ---------------------------------------------------------------------------------------
+# The compacting sweep
+# ---------------------------------------------------------------------------------------
+
+
+def _case4(v11, v12):
+    return np.array([[v11, v12], [-v12, -v11]])
+
+
+# Clustering, rotating, oscillating, a stiff member that runs out of steps, a NaN member.
+SWEEP_A = np.stack([I2, np.diag([2.0, 1.0]), I2, 60 * I2, I2, I2 * 0.5])
+SWEEP_A[4, 0, 1] = np.nan
+SWEEP_V = np.stack([I2, I2 + J2, _case4(0.3, 1.0), I2 + J2, I2, _case4(1.0, 0.3)])
+SWEEP_KW = dict(n=16, t1=30.0, num_save=61, time_scale="physical", max_steps=256)
+
+
+@pytest.mark.parametrize("method", ["particles", "ott_antonsen", "watanabe_strogatz"])
+def test_compacted_members_equal_their_solo_runs(method):
+    from jaxattn.dynamics._sweep import sweep
+
+    kw = dict(SWEEP_KW, method=method, progress=False)
+    seeds = np.arange(6)
+    # Two slots for six members: every slot is refilled, a failed member retires early.
+    comp = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, slots=2, segment_steps=8, **kw)
+    assert comp.plan["strategy"] == "compact"
+    assert 0 < comp.lockstep_efficiency <= 1
+    assert comp.failed.tolist() == [False, False, False, True, True, False]
+    assert RESULTS.max_steps_reached._value == comp.result[3]
+    assert comp.num_steps[3] == 256
+    # Each member alone (the lockstep path: the public solvers, one member per chunk).
+    for i in range(6):
+        solo = sweep(SWEEP_A[i], SWEEP_V[i], 1.0, seeds[i], strategy="lockstep", **kw)
+        assert solo.regime[0] == comp.regime[i], i
+        assert solo.result[0] == comp.result[i], i
+        assert solo.num_steps[0] == comp.num_steps[i], i
+        np.testing.assert_allclose(comp.R2[i], solo.R2[0], rtol=0, atol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(comp.order[i], solo.order[0], rtol=0, atol=1e-12, equal_nan=True)
+        for k in ("final_order", "final_gap", "num_clusters"):
+            np.testing.assert_allclose(
+                comp.evidence[k][i], solo.evidence[k][0], rtol=0, atol=1e-12, equal_nan=True
+            )
+
+
+def test_compacted_sweep_resumes_from_out_dir(tmp_path):
+    from jaxattn.dynamics._sweep import SweepResult, sweep
+
+    kw = dict(SWEEP_KW, method="ott_antonsen", chunk_size=2, progress=False)
+    seeds = np.arange(6)
+    full = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, **kw)
+
+    def interrupt(c, info):
+        if c == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(SWEEP_A, SWEEP_V, 1.0, seeds, out_dir=tmp_path, on_chunk=interrupt, **kw)
+    part = SweepResult.load(tmp_path)
+    assert part.completed.sum() == 4
+    seen = []
+    res = sweep(
+        SWEEP_A,
+        SWEEP_V,
+        1.0,
+        seeds,
+        out_dir=tmp_path,
+        on_chunk=lambda c, info: seen.append(info["computed"]),
+        **kw,
+    )
+    assert seen == [False, False, True]
+    for k in ("regime", "R2", "result", "num_steps"):
+        np.testing.assert_array_equal(getattr(res, k), getattr(full, k))
+    again = SweepResult.load(tmp_path)
+    np.testing.assert_array_equal(again.regime, full.regime)
+    # A lockstep sweep of the same members is another sweep for the folder.
+    with pytest.raises(ValueError, match="different sweep"):
+        sweep(SWEEP_A, SWEEP_V, 1.0, seeds, out_dir=tmp_path, strategy="lockstep", **kw)

@@ -152,6 +152,12 @@ def start_segments(problem: Problem, t0, t1, dt0, num_save: int) -> SegmentState
     tnext = jnp.minimum(tnext, t1)
     controller_state = (controller_state[0], tnext)
     solver_state = solver.init(term, t0, tnext, y0, problem.args)
+    # Python scalars in the states (e.g. the PID controller's `at_dtmin = False`) become
+    # arrays, as diffrax's loop makes them: a segment's state has the structure of the
+    # next one's (a `while_loop` over segments carries it).
+    as_array = lambda x: jnp.asarray(x) if isinstance(x, (bool, int, float)) else x  # noqa: E731
+    controller_state = jax.tree.map(as_array, controller_state)
+    solver_state = jax.tree.map(as_array, solver_state)
     # Unreached saves stay inf, as in diffeqsolve's output buffer.
     ys = jax.tree.map(lambda y: jnp.full((num_save,) + y.shape, jnp.inf, y.dtype), y0)
     zero = jnp.zeros((), jnp.int32)
@@ -210,7 +216,7 @@ def advance_segments(
     index = jnp.arange(ts.shape[0])
     # A segment whose steps were all rejected saved nothing (diffrax saves after an
     # accepted step only), not even a save time equal to its start.
-    reached = jnp.where(t_end > tprev, jnp.sum(ts <= t_end), state.num_saved)
+    reached = jnp.where(t_end > tprev, jnp.sum(ts <= t_end, dtype=jnp.int32), state.num_saved)
     new = (index >= state.num_saved) & (index < reached) & ~state.done
     ys = jax.tree.map(
         lambda old, seg: jnp.where(new.reshape((-1,) + (1,) * (old.ndim - 1)), seg, old),
@@ -220,7 +226,7 @@ def advance_segments(
     keep = lambda new_x, old_x: jax.tree.map(  # noqa: E731
         lambda a, b: jnp.where(state.done, b, a), new_x, old_x
     )
-    stats = sol.stats
+    stats = {k: jnp.asarray(v, jnp.int32) for k, v in sol.stats.items()}
     num_steps = state.num_steps + jnp.where(state.done, 0, stats["num_steps"])
     result = diffrax.RESULTS.where(state.done, state.result, sol.result)
     out_of_steps = (sol.result == diffrax.RESULTS.max_steps_reached) & (num_steps < max_steps)

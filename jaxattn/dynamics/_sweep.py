@@ -59,6 +59,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -67,7 +68,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
-from ._ott_antonsen import sample_wrapped_cauchy, solve_ott_antonsen
+from ._ott_antonsen import (
+    finish_ott_antonsen,
+    prepare_ott_antonsen,
+    sample_wrapped_cauchy,
+    solve_ott_antonsen,
+)
 from ._regimes import (
     REGIMES,
     RegimeEvidence,
@@ -77,10 +83,16 @@ from ._regimes import (
     clustering_gap,
     default_gap_floor,
 )
-from ._solve import RESULTS, memory_available, simulate
+from ._segments import advance_segments, segments_solution, start_segments
+from ._solve import RESULTS, finish_particles, memory_available, prepare_particles, simulate
 from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics, kernel_rate
-from ._watanabe_strogatz import solve_watanabe_strogatz
+from ._watanabe_strogatz import (
+    finish_watanabe_strogatz,
+    prepare_watanabe_strogatz,
+    solve_watanabe_strogatz,
+    watanabe_strogatz_constants,
+)
 
 __all__ = [
     "REGIME_NAMES",
@@ -440,6 +452,11 @@ class Judge(eqx.Module):
         self.rest_tol = _positive(where, "rest_tol", rest_tol, allow_none=True)
 
 
+# Compaction defaults (measured: see the `Runner` docstring).
+SLOTS = 32
+SEGMENT_STEPS = 16
+
+
 class Runner(eqx.Module):
     r"""How the batch of a sweep is run.
 
@@ -475,10 +492,16 @@ class Runner(eqx.Module):
     resume: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
     on_chunk: Callable | None = eqx.field(static=True)
+    strategy: str = eqx.field(static=True)
+    slots: int = eqx.field(static=True)
+    segment_steps: int = eqx.field(static=True)
 
     def __init__(
         self,
         *,
+        strategy: Literal["compact", "lockstep"] = "compact",
+        slots: int = SLOTS,
+        segment_steps: int = SEGMENT_STEPS,
         chunk_size: int | Literal["auto"] | None = "auto",
         group: Literal["auto", "pilot", "stiffness", "none"] = "auto",
         efficiency: float = 0.85,
@@ -489,6 +512,13 @@ class Runner(eqx.Module):
         on_chunk: Callable[[int, dict], Any] | None = None,
     ):
         where = "sweep"
+        if strategy not in ("compact", "lockstep"):
+            raise ValueError(
+                f"{where}: strategy must be 'compact' or 'lockstep', got {strategy!r}."
+            )
+        self.strategy = strategy
+        self.slots = _count(where, "slots", slots)
+        self.segment_steps = _count(where, "segment_steps", segment_steps)
         if chunk_size is not None and chunk_size != "auto":
             if isinstance(chunk_size, bool) or int(chunk_size) < 1:
                 raise ValueError(
@@ -591,8 +621,9 @@ def _member_rate(flow, x0, cfg: _Config, dtype):
     return jnp.where(jnp.isfinite(r) & (r > 0), r, 1.0).astype(dtype)
 
 
-def _member(flow, seed, cfg: _Config):
-    """Solve and classify one member; every output is an array with no batch axis."""
+def _member_setup(flow, seed, cfg: _Config):
+    """What every member's solve starts from: dtype, save times, initial state, natural
+    rate, the flow in natural time and the classifier settings."""
     dtype = jnp.result_type(*[x for x in jax.tree_util.tree_leaves(flow) if eqx.is_array(x)])
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
@@ -604,27 +635,25 @@ def _member(flow, seed, cfg: _Config):
         run_flow = eqx.tree_at(lambda f: f.V, flow, flow.V / rate)
     else:
         run_flow = _TimeRescaled(flow, rate)
-    solve_kw = dict(t1=cfg.t1, ts=ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps)
     gap_floor = cfg.gap_floor
     if gap_floor is None:
         # The saved states (dense output) jitter at the solver tolerance: near the circle
         # 1 − |R₂|² wobbles at ~2 rtol, which must read as "on the circle".
         gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
+    return dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw
+
+
+def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype):
+    """Classify one solved member (`sol` a `Trajectory`, `OttAntonsenSolution` or
+    `WatanabeStrogatzSolution`); every output is an array with no batch axis."""
     xs = None
     if cfg.method == "ott_antonsen":
-        sol = solve_ott_antonsen(
-            run_flow.A, run_flow.V, R0, beta=run_flow.beta, throw=False, **solve_kw
-        )
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
     elif cfg.method == "watanabe_strogatz":
-        sol = solve_watanabe_strogatz(
-            run_flow.A, run_flow.V, theta0, beta=run_flow.beta, throw=False, **solve_kw
-        )
         xs = sol.points()
     else:
-        sol = simulate(run_flow, x0, throw=False, **solve_kw)
         xs = sol.xs
     if xs is not None:
         if getattr(run_flow, "manifold", "sphere") == "euclidean":
@@ -646,6 +675,41 @@ def _member(flow, seed, cfg: _Config):
         evidence[k] = evidence[k] * rate
     for k in _TIMES:
         evidence[k] = evidence[k] / rate
+    return regime, result, failed, order, R2, evidence
+
+
+def _member_outputs(regime, result, failed, num_steps, rate, order, R2, evidence, lyap):
+    evidence["lyapunov_max"], evidence["lyapunov_uncertainty"] = lyap[0], lyap[1]
+    return dict(
+        regime=regime.astype(jnp.int32),
+        result=jnp.asarray(result, jnp.int32),
+        failed=failed,
+        num_steps=jnp.asarray(num_steps, jnp.int32),
+        rate=rate,
+        order=order,
+        R2=R2,
+        **{f"evidence_{k}": v for k, v in evidence.items()},
+    )
+
+
+def _member(flow, seed, cfg: _Config):
+    """Solve and classify one member (the lockstep path: the package's public solvers);
+    every output is an array with no batch axis."""
+    dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw = _member_setup(flow, seed, cfg)
+    solve_kw = dict(t1=cfg.t1, ts=ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps)
+    if cfg.method == "ott_antonsen":
+        sol = solve_ott_antonsen(
+            run_flow.A, run_flow.V, R0, beta=run_flow.beta, throw=False, **solve_kw
+        )
+    elif cfg.method == "watanabe_strogatz":
+        sol = solve_watanabe_strogatz(
+            run_flow.A, run_flow.V, theta0, beta=run_flow.beta, throw=False, **solve_kw
+        )
+    else:
+        sol = simulate(run_flow, x0, throw=False, **solve_kw)
+    regime, result, failed, order, R2, evidence = _member_judge(
+        cfg, ts, sol, run_flow, rate, classify_kw, dtype
+    )
     lyap = jnp.full((2,), jnp.nan, dtype)
     if cfg.lyapunov:
         lkw = dict(
@@ -665,17 +729,152 @@ def _member(flow, seed, cfg: _Config):
         chaotic, chaos_ev = chaos_verdict(spec)
         regime = jnp.where(chaotic & ~failed, CHAOTIC, regime)
         lyap = jnp.stack([chaos_ev["largest_exponent"], chaos_ev["largest_uncertainty"]]) * rate
-    evidence["lyapunov_max"], evidence["lyapunov_uncertainty"] = lyap[0], lyap[1]
-    return dict(
-        regime=regime.astype(jnp.int32),
-        result=jnp.asarray(result, jnp.int32),
-        failed=failed,
-        num_steps=jnp.asarray(sol.num_steps, jnp.int32),
-        rate=rate,
-        order=order,
-        R2=R2,
-        **{f"evidence_{k}": v for k, v in evidence.items()},
+    return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)
+
+
+# ---------------------------------------------------------------------------------------
+# Compaction: a pool of slots stepped K steps at a time, refilled from the queue
+# ---------------------------------------------------------------------------------------
+
+
+def _member_problem(flow, seed, cfg: _Config):
+    """One member's `Problem` and what `_member_finish` needs: the same problem that
+    `simulate` / `solve_ott_antonsen` / `solve_watanabe_strogatz` build for `_member`."""
+    dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw = _member_setup(flow, seed, cfg)
+    solver = diffrax.Tsit5()
+    if cfg.method == "ott_antonsen":
+        A, V, beta = (jnp.asarray(x).astype(dtype) for x in (run_flow.A, run_flow.V, run_flow.beta))
+        problem, checks = prepare_ott_antonsen(A, V, beta, R0, dtype, solver, cfg.rtol, cfg.atol)
+    elif cfg.method == "watanabe_strogatz":
+        A, V, beta = (jnp.asarray(x).astype(dtype) for x in (run_flow.A, run_flow.V, run_flow.beta))
+        consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=200)
+        problem, checks = prepare_watanabe_strogatz(
+            A, V, beta, consts, dtype, solver, cfg.rtol, cfg.atol
+        )
+    else:
+        problem, checks = prepare_particles(
+            run_flow, x0.astype(dtype), solver, cfg.rtol, cfg.atol, True
+        )
+    return problem, (checks, rate, run_flow)
+
+
+def _member_finish(state, post, cfg: _Config, dtype):
+    """Read one finished segmented solve (`SegmentState`) into the member's outputs, as
+    `_member` reads its whole solve."""
+    checks, rate, run_flow = post
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
+    seg = segments_solution(state)
+    finish = dict(
+        ott_antonsen=finish_ott_antonsen,
+        watanabe_strogatz=finish_watanabe_strogatz,
+        particles=finish_particles,
+    )[cfg.method]
+    sol = finish(checks, seg, ts)
+    gap_floor = cfg.gap_floor
+    if gap_floor is None:
+        gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
+    classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
+    regime, result, failed, order, R2, evidence = _member_judge(
+        cfg, ts, sol, run_flow, rate, classify_kw, dtype
     )
+    lyap = jnp.full((2,), jnp.nan, dtype)
+    return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)
+
+
+def _rows(mask, new, old):
+    """`new` where `mask` (one flag per leading row), else `old`, leaf by leaf."""
+    return jax.tree.map(
+        lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old
+    )
+
+
+def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps: int):
+    """One device's members: prepared all at once, solved `slots` at a time by segments of
+    `steps` steps in one `while_loop` (a finished slot takes the next member of the
+    queue), then finished and classified all at once. Members with `live = False` (the
+    padding of a chunk) sit at the end and are never solved.
+
+    **Returns:** the per-member outputs and the number of segments, shape `(1,)`.
+    """
+    flow = eqx.combine(dynamic, static)
+    m = seed.shape[0]
+    dtype = jnp.result_type(*[x for x in jax.tree_util.tree_leaves(flow) if eqx.is_array(x)])
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
+    t1 = jnp.asarray(cfg.t1, dtype)
+    problems, post = eqx.filter_vmap(lambda f, s: _member_problem(f, s, cfg))(flow, seed)
+    p_dyn, p_static = eqx.partition(problems, eqx.is_array)
+
+    def problem_of(d):
+        return eqx.combine(d, p_static)
+
+    states = eqx.filter_vmap(
+        lambda d: start_segments(problem_of(d), jnp.asarray(0.0, dtype), t1, None, cfg.num_save)
+    )(p_dyn)
+    states, s_static = eqx.partition(states, eqx.is_array)
+
+    def advance_one(d, st):
+        st = advance_segments(
+            problem_of(d), eqx.combine(st, s_static), t1, ts, steps=steps, max_steps=cfg.max_steps
+        )
+        return eqx.filter(st, eqx.is_array)
+
+    advance = jax.vmap(advance_one)
+    num_live = jnp.sum(live)
+    take = lambda tree, idx: jax.tree.map(lambda x: x[idx], tree)  # noqa: E731
+    first = jnp.arange(slots)
+    slot = jnp.where(first < num_live, first, -1)
+    pool = take(states, first)
+    pool = eqx.tree_at(lambda st: st.done, pool, pool.done | (slot < 0))  # empty: no steps
+
+    def cond(carry):
+        return jnp.any(carry[1] >= 0)
+
+    def body(carry):
+        pool, slot, queue, states, segments = carry
+        pool = advance(take(p_dyn, jnp.maximum(slot, 0)), pool)
+        done = pool.done & (slot >= 0)
+
+        def retire(args):
+            pool, slot, queue, states = args
+            where = jnp.where(done, slot, m)  # out of range: dropped
+            states = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), states, pool)
+            free = done | (slot < 0)
+            cand = queue + jnp.cumsum(free) - 1
+            refill = free & (cand < num_live)
+            slot = jnp.where(refill, cand, jnp.where(done, -1, slot))
+            pool = _rows(refill, take(states, jnp.clip(cand, 0, m - 1)), pool)
+            return pool, slot, queue + jnp.sum(refill), states
+
+        pool, slot, queue, states = jax.lax.cond(
+            jnp.any(done), retire, lambda a: a, (pool, slot, queue, states)
+        )
+        return pool, slot, queue, states, segments + 1
+
+    carry = (pool, slot, jnp.minimum(num_live, slots), states, jnp.zeros((), jnp.int32))
+    _, _, _, states, segments = jax.lax.while_loop(cond, body, carry)
+    out = eqx.filter_vmap(lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype))(
+        states, post
+    )
+    return out, segments[None]
+
+
+@eqx.filter_jit
+@eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read the count
+def _sweep_chunk_compact(dynamic, static, seed, live, cfg: _Config, mesh, slots, steps):
+    if mesh is None:
+        return _compact_local(dynamic, static, seed, live, cfg, slots, steps)
+    # Each device runs its own pool and queue: no collective inside the loop.
+    spec = PartitionSpec("batch")
+    local = jax.shard_map(
+        lambda dyn, s, lv: _compact_local(dyn, static, s, lv, cfg, slots, steps),
+        mesh=mesh,
+        in_specs=(spec, spec, spec),
+        out_specs=spec,
+        check_vma=False,
+    )
+    return local(dynamic, seed, live)
 
 
 def _vmapped(dynamic, static, seed, cfg):
@@ -702,8 +901,9 @@ def _sweep_chunk(dynamic, static, seed, cfg: _Config, mesh):
 
 
 def num_traces() -> int:
-    """How many times the compiled chunk function has been traced (for tests)."""
-    return eqx.debug.get_num_traces(_sweep_chunk)
+    """How many times the compiled chunk functions (lockstep and compacting) have been
+    traced, together (for tests)."""
+    return eqx.debug.get_num_traces(_sweep_chunk) + eqx.debug.get_num_traces(_sweep_chunk_compact)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1221,7 +1421,13 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             f"{available_memory() / 2**30:.2f} GiB available; lower n or num_save."
         )
     max_chunk = max(ndev, int(budget // max(per_member, 1)) // ndev * ndev)
-    sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
+    compact = runner.strategy == "compact" and not cfg.lyapunov
+    if compact and runner.chunk_size == "auto":
+        sizes = _compact_plan(B, ndev, max_chunk)
+    else:
+        sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
+    # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
+    steps = math.gcd(runner.segment_steps, cfg.max_steps)
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     plan = dict(
         group=group,
@@ -1230,7 +1436,11 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         memory_budget=float(budget),
         devices=ndev,
         predicted_efficiency=_efficiency(cost[perm], sizes),
+        strategy="compact" if compact else "lockstep",
     )
+    if compact:
+        plan["slots_per_device"] = [min(runner.slots, s // ndev) for s in sizes]
+        plan["segment_steps"] = steps
 
     # Fingerprint: the inputs and every option that changes a member's result.
     h = hashlib.sha256()
@@ -1246,6 +1456,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         h.update(np.ascontiguousarray(arr).tobytes())
     h.update(json.dumps(cfg.as_json(), sort_keys=True).encode())
     h.update(dtype.name.encode())
+    h.update(plan["strategy"].encode())
     fingerprint = h.hexdigest()
     environment = environment_record(dtype)
     writer = jax.process_index() == 0
@@ -1303,6 +1514,15 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             if chunk is None:
                 t_start = time.perf_counter()
                 pad = np.concatenate([idx, np.full(cs - m, idx[0])])
+                if compact:
+                    # Each device's queue: its members from the most to the least costly
+                    # (the pool then drains on short members), dealt round robin over the
+                    # devices, then its padding (never solved).
+                    order = np.argsort(-np.asarray(cost, float)[idx], kind="stable")
+                    layout = np.full((cs // ndev, ndev), -1)
+                    layout.ravel()[:m] = order
+                    layout = layout.T.ravel()
+                    pad = np.where(layout >= 0, idx[np.maximum(layout, 0)], idx[0])
                 if members.batched:
                     dyn = jax.tree_util.tree_map(
                         lambda x: _put(np.asarray(x)[pad], sharding), dynamic
@@ -1313,15 +1533,34 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                         dynamic,
                     )
                 seed = _put(members.seeds[pad], sharding)
-                res = _sweep_chunk(dyn, static, seed, cfg, mesh if ndev > 1 else None)
-                chunk = {k: v[:m] for k, v in _fetch(res).items()}
+                if compact:
+                    slots = min(runner.slots, cs // ndev)
+                    res, segments = _sweep_chunk_compact(
+                        dyn,
+                        static,
+                        seed,
+                        _put(layout >= 0, sharding),
+                        cfg,
+                        mesh if ndev > 1 else None,
+                        slots,
+                        steps,
+                    )
+                    res, segments = _fetch((res, segments))
+                    back = np.empty(m, int)
+                    back[layout[layout >= 0]] = np.flatnonzero(layout >= 0)
+                    chunk = {k: v[back] for k, v in res.items()}
+                    spent += slots * steps * float(np.sum(segments))
+                else:
+                    res = _sweep_chunk(dyn, static, seed, cfg, mesh if ndev > 1 else None)
+                    chunk = {k: v[:m] for k, v in _fetch(res).items()}
                 dt = time.perf_counter() - t_start
                 seconds += dt
                 computed += 1
                 fresh = True
-                steps = chunk["num_steps"].astype(float)
-                useful += steps.sum()
-                spent += cs * max(steps.max(), 1)
+                num_steps = chunk["num_steps"].astype(float)
+                useful += num_steps.sum()
+                if not compact:
+                    spent += cs * max(num_steps.max(), 1)
                 if path is not None and writer:
                     _atomic_write(
                         path,
@@ -1365,6 +1604,24 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         config=cfg.as_json(),
         environment=environment,
     )
+
+
+def _compact_plan(B, ndev, max_chunk):
+    """Chunks of a compacting sweep: as large as the memory allows (up to 1024 members
+    per device; the pool keeps its slots full whatever the chunk holds), the last one the
+    smallest of a few power-of-four fractions that holds the rest (one compilation per
+    size)."""
+    top = max(ndev, min(max_chunk, 1024 * ndev, ndev * math.ceil(B / ndev)))
+    sizes = [top]
+    while len(sizes) < 4 and sizes[-1] // 4 >= 8 * ndev:
+        sizes.append(ndev * max(1, sizes[-1] // (4 * ndev)))
+    plan, left = [], B
+    while left > 0:
+        fits = [s for s in sizes if s >= left]
+        s = fits[-1] if fits else top
+        plan.append(s)
+        left -= s
+    return plan
 
 
 def _efficiency(cost, sizes) -> float:
@@ -1704,6 +1961,9 @@ def sweep(
             "integration": ("t1", "num_save", "time_scale", "rtol", "atol", "max_steps"),
             "judge": ("window", "cluster_tol", "gap_floor", "rest_tol", "lyapunov"),
             "runner": (
+                "strategy",
+                "slots",
+                "segment_steps",
                 "chunk_size",
                 "group",
                 "efficiency",
