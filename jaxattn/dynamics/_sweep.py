@@ -13,30 +13,46 @@ solver, a step-size controller, `SaveAt` and an adjoint:
 - `Integration` — *how each member is solved*: horizon, save points, time scale,
   tolerances, `max_steps`, dtype.
 - `Judge` — *how each member is judged*: the regime classifier's settings.
-- `Runner` — *how the batch is run*: chunking (by default from the predicted cost of
-  each member, so that a chunk's members take similar step counts), a memory budget,
-  out_dir/resume, progress bar.
+- `Runner` — *how the batch is run*: compaction (default) or lockstep, chunking, a
+  memory budget, out_dir/resume, progress bar.
 
 `sweep(Members(...), integration=..., judge=..., runner=...)` composes them. The older
 keyword call `sweep(A, V, beta, seeds, method=..., n=..., ...)` remains as a thin layer
 that builds the four parts.
 
-Every member runs the package's own solver for its method (`simulate`,
+Every member runs the package's own solver problem for its method (that of `simulate`,
 `solve_ott_antonsen`, `solve_watanabe_strogatz` with `throw=False`) and is classified by
 `classify_tokens` (particles, WS) or `classify_order_parameter` (OA), so a sweep member
 and a hand-made run of the same parameters agree (in float64 to rounding; in float32
 the vectorised arithmetic of a chunk may round differently from a solo run, so states
 agree to a few float32 ulps and step counts may differ by a few steps).
 
-Lockstep. A `vmap` of an adaptive solve advances the batch in one `while_loop`: every
-member pays for as many loop iterations as the slowest member of its chunk. The
-defences: (1) `time_scale="natural"` integrates each member in its own time unit
-`s = r t` (`r` a bound of its speed), so members cover similar numbers of steps; (2)
-members are ordered by a predicted cost (the step counts of a cheap Ott–Antonsen pilot
-for d = 2 LSA, else `β‖A‖‖V‖`) and the ordered batch is cut into chunks whose predicted
-lockstep efficiency `Σ steps_i / (size · max steps)` reaches a target, with sizes from
-a few powers of two (one compilation each) capped by a memory estimate. The measured
-efficiency is reported (`SweepResult.lockstep_efficiency`).
+Compaction (the default, `Runner(strategy="compact")`). A `vmap` of an adaptive solve
+advances a batch in one `while_loop`: every member would pay for as many loop iterations as
+the slowest member of its batch (lockstep). Instead, each device prepares its members of a
+chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
+`prepare_watanabe_strogatz`, the very problem the public solvers build), keeps `slots` of
+them in a pool and advances the pool `segment_steps` (K) steps at a time
+(`_segments.advance_segments`, vmapped), all inside one compiled `while_loop`. After a
+segment, members that finished or failed are written back and their slots refilled from the
+device's queue (`start_segments` states, most costly member first by the predicted cost,
+members dealt round robin over the devices); when the queue is empty the pool drains. Then
+all members of the chunk are finished (`finish_*`) and classified at once. A segmented
+solve takes exactly the steps of the whole solve, so a member's saves, step counts, result
+and regime are those of its solo run (float64: to rounding of the differently compiled
+program, ~1e-13). `lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over
+devices; 1 = no slot ever idle). The defaults `slots=32`, `segment_steps=16` were measured
+with `experiments/bench_compaction.py` (512 random pairs, d = 2, n = 256, t1 = 50: see its
+table); K divides `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
+
+Lockstep (`Runner(strategy="lockstep")`, and members with `Judge(lyapunov=k)`): each chunk
+is one `vmap` of the public solvers. Its defences: (1) `time_scale="natural"` integrates
+each member in its own time unit `s = r t` (`r` a bound of its speed), so members cover
+similar numbers of steps; (2) members are ordered by a predicted cost (the step counts of a
+cheap Ott–Antonsen pilot for d = 2 LSA, else `β‖A‖‖V‖`) and the ordered batch is cut into
+chunks whose predicted lockstep efficiency `Σ steps_i / (size · max steps)` reaches a
+target, with sizes from a few powers of two (one compilation each) capped by a memory
+estimate. The measured efficiency is reported (`SweepResult.lockstep_efficiency`).
 
 Devices. Each chunk is laid out over all visible devices and solved with `shard_map`:
 every device runs its own members' solver loops, with no collective inside them, so a
@@ -462,7 +478,20 @@ class Runner(eqx.Module):
 
     **Arguments:**
 
-    - `chunk_size`: `"auto"` (default): members are ordered by their predicted cost
+    - `strategy`: `"compact"` (default): each device steps a pool of `slots` members
+      `segment_steps` steps at a time and refills finished (or failed) members' slots
+      from its queue, so no member waits for another (module docstring); `"lockstep"`:
+      one vmapped solve per chunk, each member stepping until the slowest of its chunk
+      finishes. Members with `Judge(lyapunov=k)` always run lockstep.
+    - `slots`: members in the pool of each device (compact; at most the chunk's members
+      per device).
+    - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used).
+      Measured on 512 random pairs (d = 2, n = 256, t1 = 50, float64, 2 loaded cores;
+      `experiments/bench_compaction.py --scan`): see the README's benchmark notes; the
+      defaults 32 slots, K = 16 reach a lockstep efficiency above 0.8 there.
+    - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
+      budget allows (up to 1024 members per device): the unit written to `out_dir` and
+      resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
       (`group`) and cut into chunks of a few power-of-two sizes, the largest whose
       predicted lockstep efficiency reaches `efficiency`, capped by `memory_budget`;
       an int: fixed chunks of that many members (rounded up to a multiple of the device
@@ -481,7 +510,8 @@ class Runner(eqx.Module):
     - `progress`: a tqdm bar (members, failures, lockstep efficiency).
     - `on_chunk(i, info)`: called after each chunk is finished and written.
 
-    **Raises:** `ValueError` naming a bad chunk size, group, efficiency or budget.
+    **Raises:** `ValueError` naming a bad strategy, slot count, segment length, chunk
+    size, group, efficiency or budget.
     """
 
     chunk_size: int | str | None = eqx.field(static=True)
@@ -958,8 +988,10 @@ class SweepResult:
       times.
     - `shape`: the logical shape (cartesian grid or `(batch,)`); `seconds`: wall time of
       the computed chunks; `chunks_computed`, `chunks_loaded`.
-    - `lockstep_efficiency`: `Σ steps_i / Σ_chunks (chunk size × max steps in chunk)`
-      over the computed chunks (1 = no member waited for another).
+    - `lockstep_efficiency`: over the computed chunks, `Σ steps_i / Σ (slots × K ×
+      segments)` (compaction: the share of slot-steps that were a member's own steps)
+      or `Σ steps_i / Σ_chunks (chunk size × max steps in chunk)` (lockstep); 1 = no
+      member waited for another.
     - `plan`: the chunk plan (sizes, the grouping, the memory estimate per member and
       the budget); `config`: the member settings; `environment`: backend, device count,
       dtype, matmul precision and JAX version of the run.
@@ -1933,11 +1965,14 @@ def sweep(
     fields of `Members` (`n`, `method`, `init`, `r0`), `Integration` (`t1`, `num_save`,
     `time_scale`, `rtol`, `atol`, `max_steps`, `dtype`), `Judge` (`window`,
     `cluster_tol`, `gap_floor`, `rest_tol`) and `Runner` (`chunk_size`, `group`,
-    `efficiency`, `memory_budget`, `out_dir`, `resume`, `progress`, `on_chunk`).
+    `efficiency`, `memory_budget`, `out_dir`, `resume`, `progress`, `on_chunk`,
+    `strategy`, `slots`, `segment_steps`).
 
-    All members of a chunk are solved by one `vmap` inside one compiled function (one
-    compilation per chunk size and configuration); each device solves its share of a
-    chunk with its own solver loops (`shard_map`). Failing members (`max_steps`,
+    Each chunk is one compiled function (one compilation per chunk size and
+    configuration); by default (`Runner(strategy="compact")`) each device steps a pool
+    of members in segments and refills finished members' slots from its queue, so no
+    member waits for the slowest (`lockstep_efficiency` reports it); each device solves
+    its share of a chunk with its own loops (`shard_map`). Failing members (`max_steps`,
     non-finite input, NaN) get the regime code `FAILED` with `failed=True`, a `result`
     code and NaN evidence, and do not affect the others: every member equals its solo
     run (float64: to rounding).

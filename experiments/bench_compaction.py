@@ -1,0 +1,191 @@
+"""Straggler-aware sweeps: the compacting runner against the old lockstep path and scipy.
+
+Question: on 512 random (A, V) pairs (d = 2, n = 256, LSA, t1 = 50, float64, the sweep's
+default save grid and tolerances), how many members per second does `sweep` do with
+`Runner(strategy="compact")` (the default: a pool of slots stepped K steps at a time and
+refilled from the queue) and with `Runner(strategy="lockstep")` (the old default: one
+vmapped solve per chunk, chunks grouped by an Ott–Antonsen pilot), for particles and
+Watanabe–Strogatz in physical and natural time, plus Ott–Antonsen; against a loop of
+`scipy.integrate.solve_ivp` (RK45, same tolerances) on the particles. Printed side by side
+from one run: members/s, ratio to scipy, lockstep efficiency, steps mean / max.
+
+Timings exclude compilation: every compiled shape is first built on a batch of easy
+members of the same size (a warm-up), then the real batch is timed. The machine's load
+average is printed with the table (ratios, not absolutes, are the result).
+
+`--scan` also times a few (slots, segment_steps) pairs of the compacting particle sweep.
+
+Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan]`.
+"""
+
+import argparse
+import json
+import os
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+
+from jaxattn.dynamics import _sweep as sw  # noqa: E402
+from jaxattn.dynamics import sample_wrapped_cauchy  # noqa: E402
+from jaxattn.dynamics._sweep import Integration, Runner, attention_members, sweep  # noqa: E402
+
+
+def _pairs(num, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(num, 2, 2)), rng.normal(size=(num, 2, 2))
+
+
+def _scipy_member(A, V, x0, t1, rtol, atol):
+    from scipy.integrate import solve_ivp
+
+    n, d = x0.shape
+
+    def rhs(t, y):
+        X = y.reshape(n, d)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+        M = X.T @ X
+        F = (1.0 / n) * X @ (A @ M @ V.T)
+        F = F - np.sum(F * X, axis=1, keepdims=True) * X
+        return F.ravel()
+
+    return solve_ivp(rhs, (0.0, t1), x0.ravel(), method="RK45", rtol=rtol, atol=atol)
+
+
+def _run(A, V, *, method, time_scale, runner, n, t1):
+    return sweep(
+        attention_members(A, V, 1.0, 0, n=n, method=method),
+        integration=Integration(t1, time_scale=time_scale),
+        runner=runner,
+    )
+
+
+def _warm(A, V, *, method, time_scale, runner, n, t1):
+    """Compile every chunk shape the timed run will use, on easy members (A = V = I): the
+    plan is made as the sweep makes it (the pilot's predicted costs, then the chunks)."""
+    B = A.shape[0]
+    easy = np.broadcast_to(np.eye(2), (B, 2, 2))
+    _run(easy, easy, method=method, time_scale=time_scale, runner=runner, n=n, t1=t1)
+    if runner.strategy == "lockstep":
+        members = attention_members(A, V, 1.0, 0, n=n, method=method)
+        integ = Integration(t1, time_scale=time_scale)
+        cost, group = sw._predicted_cost(members, members.flow, integ, runner)
+        perm = np.argsort(cost, kind="stable")
+        sizes = set(sw._chunk_plan(cost, perm, len(jax.devices()), runner, 10**9))
+        for size in sorted(sizes - {B}):
+            r = Runner(strategy="lockstep", chunk_size=size, group="none", progress=False)
+            _run(
+                easy[:size], easy[:size], method=method, time_scale=time_scale, runner=r, n=n, t1=t1
+            )
+
+
+def _timed(A, V, **kw):
+    _warm(A, V, **kw)
+    t = time.perf_counter()
+    res = _run(A, V, **kw)
+    return time.perf_counter() - t, res
+
+
+def main(
+    *, quick=False, pairs=512, n=256, t1=50.0, scipy_members=24, scan=False, out_dir="bench_out"
+):
+    if quick:
+        pairs, n, scipy_members = 64, 32, 4
+    A, V = _pairs(pairs)
+    rows = []
+
+    def add(name, seconds, res=None):
+        row = dict(name=name, seconds=seconds, members_per_s=pairs / seconds)
+        if res is not None:
+            row.update(
+                efficiency=float(res.lockstep_efficiency),
+                mean_steps=float(res.num_steps.mean()),
+                max_steps=int(res.num_steps.max()),
+                regimes=res.regime.tolist(),
+            )
+        rows.append(row)
+        print(f"  {name}: {row['members_per_s']:.1f} members/s", flush=True)
+
+    # scipy RK45 loop (physical time; the sweep's tolerances), timed on a subset, scaled.
+    t = time.perf_counter()
+    for i in range(scipy_members):
+        k_phase, k_tok = jax.random.split(jax.random.key(np.uint32(0)))
+        R0 = 0.1 * np.exp(2j * np.pi * float(jax.random.uniform(k_phase, (), dtype=float)))
+        th = np.asarray(sample_wrapped_cauchy(k_tok, n, R0))
+        x0 = np.stack([np.cos(th), np.sin(th)], -1)
+        _scipy_member(A[i], V[i], x0, t1, 1e-7, 1e-9)
+    add(
+        f"scipy solve_ivp RK45 loop, physical (timed on {scipy_members})",
+        (time.perf_counter() - t) / scipy_members * pairs,
+    )
+
+    compact = Runner(progress=False)
+    lockstep = Runner(strategy="lockstep", progress=False)
+    common = dict(n=n, t1=t1)
+    results = {}
+    for method in ("particles", "watanabe_strogatz", "ott_antonsen"):
+        for ts in ("physical", "natural"):
+            for name, runner in (
+                ("lockstep (old default)", lockstep),
+                ("compact (default)", compact),
+            ):
+                s, res = _timed(A, V, method=method, time_scale=ts, runner=runner, **common)
+                add(f"{method}, {ts}, {name}", s, res)
+                results[(method, ts, name)] = res
+    for method in ("particles", "watanabe_strogatz", "ott_antonsen"):
+        for ts in ("physical", "natural"):
+            a, b = (
+                results[(method, ts, k)] for k in ("lockstep (old default)", "compact (default)")
+            )
+            same = bool(np.array_equal(a.regime, b.regime))
+            steps = bool(np.array_equal(a.num_steps, b.num_steps))
+            err = float(np.nanmax(np.abs(a.R2 - b.R2)))
+            print(
+                f"  {method} {ts}: compact vs lockstep regimes equal {same}, steps equal "
+                f"{steps}, max |ΔR2| {err:.2e}"
+            )
+    if scan:
+        for S, K in ((16, 16), (32, 8), (32, 16), (32, 32), (64, 16)):
+            r = Runner(slots=S, segment_steps=K, progress=False)
+            s, res = _timed(A, V, method="particles", time_scale="physical", runner=r, **common)
+            add(f"scan: particles physical, slots {S}, K {K}", s, res)
+
+    base = rows[0]["members_per_s"]
+    oa = {
+        ts: next(r for r in rows if r["name"] == f"ott_antonsen, {ts}, compact (default)")
+        for ts in ("physical", "natural")
+    }
+    print(
+        f"\nload average {os.getloadavg()}, {os.cpu_count()} cores, "
+        f"{pairs} pairs, d = 2, n = {n}, t1 = {t1}, float64"
+    )
+    print(
+        f"{'configuration':62s} {'members/s':>10s} {'× scipy':>8s} {'× OA':>6s} "
+        f"{'eff.':>5s} {'steps mean/max':>15s}"
+    )
+    for r in rows:
+        ts = "natural" if ", natural," in r["name"] else "physical"
+        eff = f"{r['efficiency']:.2f}" if "efficiency" in r else ""
+        st = f"{r['mean_steps']:.0f}/{r['max_steps']}" if "mean_steps" in r else ""
+        print(
+            f"{r['name']:62s} {r['members_per_s']:10.1f} {r['members_per_s'] / base:8.2f} "
+            f"{r['members_per_s'] / oa[ts]['members_per_s']:6.3f} {eff:>5s} {st:>15s}"
+        )
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "bench_compaction.json"), "w") as f:
+        json.dump(dict(rows=rows, load=os.getloadavg(), pairs=pairs, n=n, t1=t1), f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--scan", action="store_true")
+    p.add_argument("--pairs", type=int, default=512)
+    p.add_argument("--n", type=int, default=256)
+    p.add_argument("--out", default="bench_out")
+    a = p.parse_args()
+    main(quick=a.quick, pairs=a.pairs, n=a.n, scan=a.scan, out_dir=a.out)
