@@ -148,7 +148,7 @@ def main(
                 f"{steps}, max |ΔR2| {err:.2e}"
             )
     if scan:
-        for S, K in ((16, 16), (32, 8), (32, 16), (32, 32), (64, 16)):
+        for S, K in ((32, 16), (8, 32), (4, 64), (2, 32), (1, 64)):
             r = Runner(slots=S, segment_steps=K, progress=False)
             s, res = _timed(A, V, method="particles", time_scale="physical", runner=r, **common)
             add(f"scan: particles physical, slots {S}, K {K}", s, res)

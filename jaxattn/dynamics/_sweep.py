@@ -41,9 +41,9 @@ all members of the chunk are finished (`finish_*`) and classified at once. A seg
 solve takes exactly the steps of the whole solve, so a member's saves, step counts, result
 and regime are those of its solo run (float64: to rounding of the differently compiled
 program, ~1e-13). `lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over
-devices; 1 = no slot ever idle). The defaults `slots=32`, `segment_steps=16` were measured
-with `experiments/bench_compaction.py` (512 random pairs, d = 2, n = 256, t1 = 50: see its
-table); K divides `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
+devices; 1 = no slot ever idle). The defaults (one slot per device on CPU, `segment_steps`
+32) were measured (`Runner` docstring; `experiments/bench_compaction.py --scan`); K
+divides `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
 
 Lockstep (`Runner(strategy="lockstep")`, and members with `Judge(lyapunov=k)`): each chunk
 is one `vmap` of the public solvers. Its defences: (1) `time_scale="natural"` integrates
@@ -468,9 +468,10 @@ class Judge(eqx.Module):
         self.rest_tol = _positive(where, "rest_tol", rest_tol, allow_none=True)
 
 
-# Compaction defaults (measured: see the `Runner` docstring).
-SLOTS = 32
-SEGMENT_STEPS = 16
+# Compaction defaults (measured: see the `Runner` docstring). `slots=None` is one slot per
+# device on CPU (measured fastest there) and `ACCELERATOR_SLOTS` on GPU/TPU (not measured).
+SEGMENT_STEPS = 32
+ACCELERATOR_SLOTS = 128
 
 
 class Runner(eqx.Module):
@@ -484,11 +485,14 @@ class Runner(eqx.Module):
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
-      per device).
+      per device); `None` (default): 1 on CPU, 128 on an accelerator.
     - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used).
-      Measured on 512 random pairs (d = 2, n = 256, t1 = 50, float64, 2 loaded cores;
-      `experiments/bench_compaction.py --scan`): see the README's benchmark notes; the
-      defaults 32 slots, K = 16 reach a lockstep efficiency above 0.8 there.
+      Measured on CPU (128 random pairs, d = 2, n = 256, t1 = 50, float64, physical
+      time, 2 cores under load ~7; members/s, efficiency): lockstep 16.1, 0.41; slots
+      32/K 16: 13.3, 0.73; 16/16: 16.3, 0.88; 8/32: 19.2, 0.89; 4/64: 49, 0.80; 2/32:
+      67, 0.90; 1/32: 77, 0.90; 1/64: 82, 0.80; 1/128: 82, 0.73. On CPU a vmapped
+      diffrax loop pays per member for the batched selects over its save buffer, so one
+      member per slot is fastest; K = 32 keeps the efficiency near 0.9.
     - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
       budget allows (up to 1024 members per device): the unit written to `out_dir` and
       resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
@@ -523,14 +527,14 @@ class Runner(eqx.Module):
     progress: bool = eqx.field(static=True)
     on_chunk: Callable | None = eqx.field(static=True)
     strategy: str = eqx.field(static=True)
-    slots: int = eqx.field(static=True)
+    slots: int | None = eqx.field(static=True)
     segment_steps: int = eqx.field(static=True)
 
     def __init__(
         self,
         *,
         strategy: Literal["compact", "lockstep"] = "compact",
-        slots: int = SLOTS,
+        slots: int | None = None,
         segment_steps: int = SEGMENT_STEPS,
         chunk_size: int | Literal["auto"] | None = "auto",
         group: Literal["auto", "pilot", "stiffness", "none"] = "auto",
@@ -547,7 +551,7 @@ class Runner(eqx.Module):
                 f"{where}: strategy must be 'compact' or 'lockstep', got {strategy!r}."
             )
         self.strategy = strategy
-        self.slots = _count(where, "slots", slots)
+        self.slots = None if slots is None else _count(where, "slots", slots)
         self.segment_steps = _count(where, "segment_steps", segment_steps)
         if chunk_size is not None and chunk_size != "auto":
             if isinstance(chunk_size, bool) or int(chunk_size) < 1:
@@ -839,10 +843,17 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
     def problem_of(d):
         return eqx.combine(d, p_static)
 
-    states = eqx.filter_vmap(
-        lambda d: start_segments(problem_of(d), jnp.asarray(0.0, dtype), t1, None, cfg.num_save)
+    # The queue's start states hold one save row (the pool and the finished states hold
+    # all `num_save`): only the pool carries the saves of members in progress.
+    starts = eqx.filter_vmap(
+        lambda d: start_segments(problem_of(d), jnp.asarray(0.0, dtype), t1, None, 1)
     )(p_dyn)
-    states, s_static = eqx.partition(states, eqx.is_array)
+    starts, s_static = eqx.partition(starts, eqx.is_array)
+    inf_rows = (
+        lambda k: jax.tree.map(  # noqa: E731
+            lambda y: jnp.full((k, cfg.num_save) + y.shape[2:], jnp.inf, y.dtype), starts.ys
+        )
+    )
 
     def advance_one(d, st):
         st = advance_segments(
@@ -855,37 +866,42 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
     take = lambda tree, idx: jax.tree.map(lambda x: x[idx], tree)  # noqa: E731
     first = jnp.arange(slots)
     slot = jnp.where(first < num_live, first, -1)
-    pool = take(states, first)
+    pool = eqx.tree_at(lambda st: st.ys, take(starts, first), inf_rows(slots))
     pool = eqx.tree_at(lambda st: st.done, pool, pool.done | (slot < 0))  # empty: no steps
+    # Finished members' states (the unreached saves stay inf, as in diffeqsolve).
+    finished = eqx.tree_at(lambda st: st.ys, starts, inf_rows(m))
 
     def cond(carry):
         return jnp.any(carry[1] >= 0)
 
     def body(carry):
-        pool, slot, queue, states, segments = carry
+        pool, slot, queue, finished, segments = carry
         pool = advance(take(p_dyn, jnp.maximum(slot, 0)), pool)
         done = pool.done & (slot >= 0)
+        where = jnp.where(done, slot, m)  # out of range: dropped
+        finished = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), finished, pool)
 
-        def retire(args):
-            pool, slot, queue, states = args
-            where = jnp.where(done, slot, m)  # out of range: dropped
-            states = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), states, pool)
+        def refill(args):
+            pool, slot, queue = args
             free = done | (slot < 0)
             cand = queue + jnp.cumsum(free) - 1
-            refill = free & (cand < num_live)
-            slot = jnp.where(refill, cand, jnp.where(done, -1, slot))
-            pool = _rows(refill, take(states, jnp.clip(cand, 0, m - 1)), pool)
-            return pool, slot, queue + jnp.sum(refill), states
+            fill = free & (cand < num_live)
+            slot = jnp.where(fill, cand, jnp.where(done, -1, slot))
+            new = take(starts, jnp.clip(cand, 0, m - 1))
+            ys = jax.tree.map(
+                lambda y: jnp.where(fill.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.inf, y),
+                pool.ys,
+            )
+            pool = _rows(fill, eqx.tree_at(lambda st: st.ys, new, ys), pool)
+            return pool, slot, queue + jnp.sum(fill)
 
-        pool, slot, queue, states = jax.lax.cond(
-            jnp.any(done), retire, lambda a: a, (pool, slot, queue, states)
-        )
-        return pool, slot, queue, states, segments + 1
+        pool, slot, queue = jax.lax.cond(jnp.any(done), refill, lambda a: a, (pool, slot, queue))
+        return pool, slot, queue, finished, segments + 1
 
-    carry = (pool, slot, jnp.minimum(num_live, slots), states, jnp.zeros((), jnp.int32))
-    _, _, _, states, segments = jax.lax.while_loop(cond, body, carry)
+    carry = (pool, slot, jnp.minimum(num_live, slots), finished, jnp.zeros((), jnp.int32))
+    _, _, _, finished, segments = jax.lax.while_loop(cond, body, carry)
     out = eqx.filter_vmap(lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype))(
-        states, post
+        finished, post
     )
     return out, segments[None]
 
@@ -1470,8 +1486,11 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         predicted_efficiency=_efficiency(cost[perm], sizes),
         strategy="compact" if compact else "lockstep",
     )
+    slots_per_device = runner.slots
+    if slots_per_device is None:
+        slots_per_device = 1 if jax.devices()[0].platform == "cpu" else ACCELERATOR_SLOTS
     if compact:
-        plan["slots_per_device"] = [min(runner.slots, s // ndev) for s in sizes]
+        plan["slots_per_device"] = [min(slots_per_device, s // ndev) for s in sizes]
         plan["segment_steps"] = steps
 
     # Fingerprint: the inputs and every option that changes a member's result.
@@ -1566,7 +1585,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                     )
                 seed = _put(members.seeds[pad], sharding)
                 if compact:
-                    slots = min(runner.slots, cs // ndev)
+                    slots = min(slots_per_device, cs // ndev)
                     res, segments = _sweep_chunk_compact(
                         dyn,
                         static,
