@@ -9,7 +9,7 @@ whereas under Pre-LN the token norms grow linearly in time, the angular speed fa
 This script runs the three schemes from the same initial tokens (`jaxattn.dynamics.simulate`
 with `AttentionDynamics(..., normalisation=...)`), measures the spread of the directions
 `V(t) = 1 − |(1/n) Σ_k θ_k|²` (zero exactly at one cluster), and fits on the late window
-(where `V` lies between `1e-2` and `1e-12`)
+(where `V` lies between `1e-2` and `1e-12`; `jaxattn.dynamics.decay_fits`)
 
 - an exponential law `log V = a − λ t` (slope λ, R² of the fit), and
 - a power law `log V = b − p log t` (exponent p, R² of the fit),
@@ -28,36 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxattn.dynamics as jd
+from jaxattn.dynamics import decay_fits, direction_spread
 from jaxattn.sphere import sample_uniform
-
-
-def _fit(x, y):
-    slope, intercept = np.polyfit(x, y, 1)
-    pred = slope * x + intercept
-    ss_res = float(np.sum((y - pred) ** 2))
-    ss_tot = float(np.sum((y - np.mean(y)) ** 2))
-    return float(slope), 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
-
-
-def decay_fits(ts, spread, *, v_hi=1e-2, v_lo=1e-12):
-    """Exponential and power-law fits of `spread(t)` over the window `v_lo < V < v_hi`."""
-    ts = np.asarray(ts)
-    spread = np.asarray(spread)
-    window = (spread < v_hi) & (spread > v_lo) & (ts > 0)
-    if window.sum() < 5:
-        return dict(points=int(window.sum()))
-    t, logv = ts[window], np.log(spread[window])
-    lam, r2_exp = _fit(t, logv)
-    p, r2_pow = _fit(np.log(t), logv)
-    return dict(
-        points=int(window.sum()),
-        t_window=(float(t[0]), float(t[-1])),
-        exp_rate=-lam,
-        exp_r2=r2_exp,
-        power_exponent=-p,
-        power_r2=r2_pow,
-        law="exponential" if r2_exp > r2_pow else "algebraic",
-    )
 
 
 def main(*, quick=False, seed=0, n=32, d=3, beta=1.0, t1=None, out_dir=None):
@@ -72,8 +44,7 @@ def main(*, quick=False, seed=0, n=32, d=3, beta=1.0, t1=None, out_dir=None):
             jnp.eye(d), jnp.eye(d), beta=beta, kernel="sa", normalisation=scheme
         )
         traj = jd.simulate(field, x0, t1=t1, ts=ts, rtol=1e-10, atol=1e-13, max_steps=2**20)
-        theta = np.asarray(traj.xs) / np.linalg.norm(np.asarray(traj.xs), axis=-1, keepdims=True)
-        spread = 1 - np.sum(np.mean(theta, axis=1) ** 2, axis=-1)
+        spread = direction_spread(traj.xs)
         radius = np.mean(np.linalg.norm(np.asarray(traj.xs), axis=-1), axis=-1)
         fits = decay_fits(np.asarray(ts), spread)
         fits["radius_end"] = float(radius[-1])

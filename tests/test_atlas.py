@@ -79,7 +79,8 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads((tmp_path / "atlas.json").read_text())
     md = (tmp_path / "atlas.md").read_text()
-    sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search", "g_lm")
+    sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search")
+    sections += ("flow_families", "trained_operator")
     for section in sections + ("multistability", "chaos"):
         assert section in rep
         assert os.path.exists(rep[section]["figure"])
@@ -93,7 +94,8 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
     for v in rep["maps"]["maps"].values():
         assert v["disagreement_rate"] < 0.05
     assert rep["search"]["reached"] and rep["search"]["end_lambda_max"] >= 0
-    assert len(rep["g_lm"]["rows"]) == 28
+    assert len(rep["trained_operator"]["checkpoints"]) == 2
+    assert "Flow families" in md and "trained operator" in md
     assert all(r["regime"] != "undetermined" for r in rep["high_d"]["rows"])
     # Basin fractions split on the multistability slice: clustering on the circle beside a
     # periodic orbit inside the disc, for some initial states of the same cell.
@@ -108,3 +110,114 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
         assert chaotic == (lam[0] > max(3 * sig[0], 1e-3))
     assert "Chaos in three tokens" in md and "Multistability" in md
     assert rep["seconds"] > 0 and "Timings" in md
+
+
+def test_decay_fits_recovers_exact_laws():
+    from jaxattn.dynamics import decay_fits
+
+    t = np.linspace(0.5, 40.0, 400)
+    f = decay_fits(t, 3.0 * np.exp(-2.0 * t))
+    assert f["law"] == "exponential" and abs(f["exp_rate"] - 2.0) < 1e-10
+    f = decay_fits(t, 1e-3 * t**-2.0)
+    assert f["law"] == "algebraic" and abs(f["power_exponent"] - 2.0) < 1e-10
+    assert decay_fits(t, np.ones_like(t)) == dict(points=0)
+
+
+@pytest.fixture(scope="module")
+def new_sections(tmp_path_factory):
+    out = tmp_path_factory.mktemp("atlas_new")
+    rep = run_atlas(
+        quick=True, out_dir=str(out), progress=False, sections=("flow_families", "trained_operator")
+    )
+    return rep, out
+
+
+@pytest.mark.slow
+def test_flow_families_section(new_sections):
+    rep, out = new_sections
+    ff = {r["flow"]: r for r in rep["flow_families"]["rows"]}
+    for x in ff["Post-LN"]["seeds"] + ff["nGPT"]["seeds"]:
+        # near one cluster of softmax A = V = I the deviations decay like e^{-t}: V ~ e^{-2t}
+        assert x["fit"]["law"] == "exponential" and abs(x["fit"]["exp_rate"] - 2.0) < 0.05
+        assert x["regime"] == "clustering" and x["num_clusters"] == 1
+    for x in ff["Pre-LN"]["seeds"]:
+        # the radius grows like t, the angular speed falls like 1/t: V ~ t^{-2}
+        assert x["fit"]["law"] == "algebraic" and abs(x["fit"]["power_exponent"] - 2.0) < 0.3
+        assert x["radius_end"] > 100
+    for x in ff["Post-LN, causal"]["seeds"]:
+        # token 1 attends only to itself (at rest); every token converges to it
+        assert x["first_token_displacement"] < 1e-12
+        assert x["consensus_to_token1"] < 1e-6 and x["num_clusters"] == 1
+    for x in ff["Post-LN"]["seeds"]:  # without the mask the consensus is elsewhere
+        assert x["consensus_to_token1"] > 1e-3
+    assert os.path.getsize(rep["flow_families"]["figure"]) > 10_000
+
+
+@pytest.mark.slow
+def test_plga_flow_fractions_are_reproduced_by_one_member(new_sections):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxattn.dynamics import classify_tokens, default_gap_floor, regime_name, simulate
+    from jaxattn.plga import load_atlas_layer
+    from jaxattn.sphere import sample_uniform
+
+    rep, _ = new_sections
+    pg = rep["flow_families"]["plga"]
+    assert len(pg["rows"]) == 4
+    for r in pg["rows"]:
+        assert abs(sum(r["fractions"].values()) - 1.0) < 1e-12 and r["failed"] == 0
+        assert len(r["regimes"]) == pg["inits"]
+    row = next(r for r in pg["rows"] if r["flow"].startswith("trained") and r["law"] == "uniform")
+    # member 1, rebuilt by hand: the sweep draws its tokens from the second half of the
+    # split key and runs in natural time (rate Σ_h ‖V_h‖ = heads, V = I)
+    seed, rate = row["seeds"][1], row["rate"][1]
+    assert rate == pg["heads"]
+    flow = load_atlas_layer().plga_flow()
+    k_tok = jax.random.split(jax.random.key(np.uint32(seed)))[1]
+    x0 = sample_uniform(k_tok, pg["n"], pg["dk"], dtype=jnp.float64)
+    ts = jnp.linspace(0.0, pg["t1_natural"], 201)
+    tr = simulate(flow, x0, t1=float(ts[-1]) / rate, ts=ts / rate, rtol=1e-7, atol=1e-9)
+    floor = max(float(default_gap_floor(jnp.float64)), 10 * 1e-7)  # the sweep's default
+    regime, ev = classify_tokens(ts, tr.xs, gap_floor=floor)
+    assert regime_name(regime) == row["regimes"][1]
+    assert int(ev.num_clusters) == row["num_clusters"][1]
+
+
+@pytest.mark.slow
+def test_trained_operator_section(new_sections):
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from jaxattn.plga import load_atlas_layer
+
+    rep, _ = new_sections
+    op = rep["trained_operator"]
+    labels = [cp["label"] for cp in op["checkpoints"]]
+    assert labels == ["step 0 (random init)", "step 1000 (trained)"]
+    assert op["D"] == 128 and op["beta"]["step 0 (random init)"] == 128.0
+    for cp in op["checkpoints"]:
+        assert list(cp["flows"]) == ["heads summed"] + [f"head {h}" for h in range(op["heads"])]
+        for f in cp["flows"].values():
+            assert len(f["regimes"]) == op["inits"]
+            total = sum(f["fractions"].values()) + f["failed"] / op["inits"]
+            assert abs(total - 1.0) < 1e-12
+    # The operator's A_h reproduce the shipped layer's scores (biases off, RoPE at position
+    # 0), and its norms are the report's.
+    layer = load_atlas_layer()
+    o = layer.operator()
+    attn = layer.attn
+    for lin in ("wq", "wk", "wv"):
+        attn = eqx.tree_at(
+            lambda a: getattr(a, lin).bias, attn, jnp.zeros_like(getattr(attn, lin).bias)
+        )
+    x = layer.x_probe
+    _, ded = attn(x, G=layer.G, positions=jnp.zeros(x.shape[0], jnp.int32))
+    scores = jnp.einsum("id,hde,je->hij", x, o.A, x)
+    np.testing.assert_allclose(ded.scores, scores, rtol=1e-9, atol=1e-9)
+    late = op["checkpoints"][1]["flows"]
+    np.testing.assert_allclose(late["head 0"]["A_norm"], float(jnp.linalg.norm(o.A[0], 2)))
+    np.testing.assert_allclose(
+        late["heads summed"]["V_norm"], float(jnp.linalg.norm(o.V.sum(0), 2))
+    )
+    assert os.path.getsize(op["figure"]) > 10_000

@@ -52,6 +52,8 @@ from ._circle import (
 from ._circle import (
     tokens_from_angles as tokens_from_angles,
 )
+from ._decay import decay_fits as decay_fits
+from ._decay import direction_spread as direction_spread
 from ._families import (
     MultiHeadDynamics as MultiHeadDynamics,
 )

@@ -13,7 +13,12 @@ Sections (each measured, nothing hard-coded):
    conservation and the measured periods; the Case-3 rotation rate against theory.
 5. d = 100, n = 200 (LSA and USA): the d = 2 pairs embedded block-diagonally.
 6. A gradient-based boundary crossing (`regime_search`).
-7. The flow driven by the learned `G_LM` of PLDR-LLM v51-110M-1 used as `A` per head.
+7. Flow families: Post-LN, Pre-LN, nGPT and causal masking on the same (A, V, β) and
+   tokens (regimes, the contraction law of the spread), and the PLGA flow of the shipped
+   trained tiny PLDR-LLM layer beside its step-0 layer, swept over two initial laws.
+8. The trained operator: that layer's attention as a multi-head particle flow in R^D
+   (`A_h = W_q,hᵀ G_h W_k,h/√dk`, `V_h = W_o,h W_v,h`, β = r²), early vs late in training.
+9. Multistability (basin fractions); 10. chaos in three tokens.
 
 `run_atlas(quick=True)` is sized for 2 CPU cores (a few minutes); `quick=False` for a GPU.
 """
@@ -33,7 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..sphere import normalise
 from ._bifurcation import continuation, saddle_node_on_circle
+from ._decay import decay_fits, direction_spread
 from ._hamiltonian import (
     case4_centre,
     case4_hamiltonian,
@@ -44,10 +51,12 @@ from ._hamiltonian import (
 from ._ott_antonsen import solve_ott_antonsen
 from ._presets import PRESETS
 from ._regime_map import regime_map
-from ._regimes import classify_order_parameter, default_gap_floor
+from ._regimes import classify_order_parameter, classify_tokens, default_gap_floor
 from ._search import regime_search
+from ._solve import simulate
 from ._sweep import REGIME_NAMES, sweep
 from ._theory import block_embed, case1_criterion, case2_criterion, case4_criterion
+from ._vector_field import AttentionDynamics
 
 __all__ = ["AtlasConfig", "run_atlas", "load_g_lm"]
 
@@ -66,10 +75,6 @@ class AtlasConfig:
     n_high: int
     d_high: int
     t1_high: float
-    glm_layers: tuple
-    glm_heads: tuple
-    glm_n: int
-    glm_t1: float
     high_dtype: str
     high_rtol: float
     search_iters: int
@@ -78,43 +83,56 @@ class AtlasConfig:
     map_t1: float = 400.0
     # Horizon of the slow high-d case (the Case-4 orbit from near-isotropic tokens).
     t1_high_slow: float = 1000.0
+    # Flow families: normalisations and causal masking (n tokens in d, seeds, horizon).
+    families_n: int = 32
+    families_d: int = 3
+    families_seeds: int = 2
+    families_t1: float = 300.0
+    # The PLGA flow of the shipped trained layer and of its step-0 layer.
+    plga_n: int = 16
+    plga_inits: int = 4
+    plga_t1: float = 100.0
+    # The trained operator (A_h = W_qᵀ G W_k/√dk, V_h = W_o W_v) as a flow in R^D.
+    operator_n: int = 32
+    operator_inits: int = 4
+    operator_t1: float = 50.0
 
     @classmethod
     def make(cls, quick: bool):
         if quick:
             return cls(
-                True,
-                256,
-                100.0,
-                16,
-                200,
-                100,
-                150.0,
-                (0, 4),
-                tuple(range(14)),
-                64,
-                150.0,
-                "float32",
-                1e-5,
-                40,
+                quick=True,
+                n_2d=256,
+                t1_2d=100.0,
+                map_grid=16,
+                n_high=200,
+                d_high=100,
+                t1_high=150.0,
+                high_dtype="float32",
+                high_rtol=1e-5,
+                search_iters=40,
                 map_t1=400.0,
             )
         return cls(
-            False,
-            2048,
-            200.0,
-            64,
-            200,
-            100,
-            400.0,
-            tuple(range(5)),
-            tuple(range(14)),
-            256,
-            400.0,
-            "float64",
-            1e-7,
-            100,
+            quick=False,
+            n_2d=2048,
+            t1_2d=200.0,
+            map_grid=64,
+            n_high=200,
+            d_high=100,
+            t1_high=400.0,
+            high_dtype="float64",
+            high_rtol=1e-7,
+            search_iters=100,
             map_t1=1000.0,
+            families_seeds=8,
+            families_t1=3000.0,
+            plga_n=64,
+            plga_inits=16,
+            plga_t1=400.0,
+            operator_n=64,
+            operator_inits=16,
+            operator_t1=200.0,
         )
 
 
@@ -722,74 +740,225 @@ def _section_search(cfg, out, case2_map):
     )
 
 
-def _section_glm(cfg, out, prog_bar):
-    G = load_g_lm()
-    L, Hh = cfg.glm_layers, cfg.glm_heads
-    As = np.stack([G[li, h] for li in L for h in Hh]).astype(np.float64)
-    beta = 1.0 / np.sqrt(64.0)
-    dtype = np.dtype(cfg.high_dtype)
-    sig = np.linalg.norm(As, 2, axis=(1, 2))
-    out_rows = [
-        dict(layer=int(li), head=int(h), sigma_max=float(s), max_score=float(beta * s))
-        for (li, h), s in zip([(li, h) for li in L for h in Hh], sig)
-    ]
-    timing = {}
-    for kernel in ("lsa", "usa"):
-        r = sweep(
-            As.astype(dtype),
-            np.eye(64, dtype=dtype),
-            beta,
-            3,
-            method="particles",
-            kernel=kernel,
-            n=cfg.glm_n,
-            t1=cfg.glm_t1,
-            num_save=201,
-            init="uniform",
-            chunk_size=7,
-            progress=prog_bar,
-            dtype=dtype,
-            rtol=cfg.high_rtol,
-            atol=cfg.high_rtol * 1e-2,
-            score_shift="auto" if kernel == "usa" else 0.0,
-        )
-        timing[kernel] = dict(seconds=r.seconds, members=len(As))
-        for i, row in enumerate(out_rows):
-            row[kernel] = int(r.regime[i])
-            reached = np.nonzero(np.asarray(r.order[i]) >= 0.99)[0]
-            row[f"{kernel}_time_to_order"] = (
-                float(r.ts[i][reached[0]]) if len(reached) else float("nan")
-            )
-            row[f"{kernel}_regime"] = _label(r.regime[i])
-            for k, v in _member_numbers(r, i).items():
-                if k != "regime":
-                    row[f"{kernel}_{k}"] = v
-    from ..plot._atlas import plot_glm
+_FAMILIES = (
+    ("Post-LN", dict(normalisation="post_ln", causal=False)),
+    ("Pre-LN", dict(normalisation="pre_ln", causal=False)),
+    ("nGPT", dict(normalisation="ngpt", causal=False)),
+    ("Post-LN, causal", dict(normalisation="post_ln", causal=True)),
+)
 
-    path = _figure(plot_glm, out_rows, os.path.join(out, "figures", "g_lm_heads.png"))
-    counts = {
-        k: {name: sum(1 for r in out_rows if r[k] == i) for i, name in enumerate(REGIME_NAMES)}
-        for k in ("lsa", "usa")
+
+@eqx.filter_jit
+def _family_runs(field, x0s, ts, lin):
+    """Solve one flow from each initial token set (vmapped) and classify it on the equally
+    spaced save times `ts[lin]` (the directions, for Pre-LN states)."""
+
+    def one(x0):
+        tr = simulate(
+            field, x0, t1=ts[-1], ts=ts, rtol=1e-10, atol=1e-13, max_steps=1 << 20, throw=False
+        )
+        xs = tr.xs
+        regime, ev = classify_tokens(ts[lin], normalise(xs[lin]))
+        return xs, regime._value, ev.num_clusters, ev.final_gap, tr.result._value, tr.num_steps
+
+    return jax.vmap(one)(x0s)
+
+
+def _cap_law(key, n, d, dtype):
+    """A spherical cap: `normalise(e₁ + ½ g)`, `g` standard normal (the atlas's concentrated
+    initial law)."""
+    g = jax.random.normal(key, (n, d), dtype)
+    return normalise(jnp.zeros((n, d), dtype).at[:, 0].set(1.0) + 0.5 * g)
+
+
+def step0_layer(layer):
+    """The step-0 (random-initialised) PLGA layer of the training run that made the shipped
+    `TrainedLayer`: layer `layer.layer` of `PLDRLLM(config, key=jax.random.key(seed))` with
+    the run's own model config and seed (its provenance), in the trained layer's dtype."""
+    from ..plga import PLDRLLM, PLDRLLMConfig
+
+    prov = layer.info["provenance"]
+    model = PLDRLLM(PLDRLLMConfig(**prov["model_config"]), key=jax.random.key(int(prov["seed"])))
+    attn = model.layers[layer.layer].attn
+    dtype = layer.G.dtype
+    return jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, attn)
+
+
+def _section_families(cfg, out, prog_bar):
+    from ..plga import load_atlas_layer
+    from ..sphere import sample_uniform
+    from ._plga_flow import PLGAFlow
+    from ._sweep import Integration, Members, Runner
+
+    dtype = jnp.result_type(float)
+    n, d, t1 = cfg.families_n, cfg.families_d, cfg.families_t1
+    seeds = list(range(cfg.families_seeds))
+    lin = np.linspace(0.0, t1, 201)
+    ts = np.unique(np.concatenate([lin, np.geomspace(1e-2, t1, 240)]))
+    lin_idx = np.searchsorted(ts, lin)
+    x0s = jnp.stack([sample_uniform(jax.random.key(s), n, d, dtype=dtype) for s in seeds])
+    eye = jnp.eye(d, dtype=dtype)
+    rows, curves = [], []
+    for name, kw in _FAMILIES:
+        field = AttentionDynamics(eye, eye, beta=1.0, kernel="sa", **kw)
+        xs, regime, clusters, gap, result, steps = _family_runs(
+            field, x0s, jnp.asarray(ts, dtype), jnp.asarray(lin_idx)
+        )
+        xs = np.asarray(xs)
+        per_seed = []
+        for i, s in enumerate(seeds):
+            spread = direction_spread(xs[i])
+            theta = xs[i] / np.linalg.norm(xs[i], axis=-1, keepdims=True)
+            mean = np.mean(theta[-1], axis=0)
+            consensus = mean / np.linalg.norm(mean)
+            fit = decay_fits(ts, spread)
+            per_seed.append(
+                dict(
+                    seed=s,
+                    regime=_label(regime[i]),
+                    num_clusters=int(clusters[i]),
+                    final_gap=float(gap[i]),
+                    spread_end=float(spread[-1]),
+                    radius_end=float(np.mean(np.linalg.norm(xs[i, -1], axis=-1))),
+                    first_token_displacement=float(
+                        np.max(np.linalg.norm(theta[:, 0] - theta[0, 0], axis=-1))
+                    ),
+                    consensus_to_token1=float(np.linalg.norm(consensus - theta[0, 0])),
+                    result=int(result[i]),
+                    num_steps=int(steps[i]),
+                    fit=fit,
+                )
+            )
+            if i == 0:
+                curves.append(dict(label=name, ts=ts, spread=spread, fit=fit))
+        rows.append(dict(flow=name, **kw, seeds=per_seed))
+    # The PLGA flow of the shipped trained layer and of the same run's step-0 layer.
+    layer = load_atlas_layer(dtype=dtype)
+    attn0 = step0_layer(layer)
+    dk = layer.attn.head_dim
+    plga_flows = {
+        "trained (1000 steps)": layer.plga_flow(),
+        "random init (step 0)": PLGAFlow.from_layer(attn0),
     }
+    laws = {"uniform": "uniform", "cap": _cap_law}
+    plga = dict(
+        n=cfg.plga_n,
+        inits=cfg.plga_inits,
+        t1_natural=cfg.plga_t1,
+        dk=dk,
+        heads=layer.attn.num_heads,
+        beta=1 / np.sqrt(dk),
+        V="I (every head)",
+        laws={"uniform": "uniform on S^{dk−1}", "cap": "normalise(e₁ + ½ g), g ~ N(0, I)"},
+        rows=[],
+    )
+    for fname, flow in plga_flows.items():
+        for law_name, law in laws.items():
+            res = sweep(
+                Members(
+                    flow,
+                    seeds=np.arange(cfg.plga_inits),
+                    n=cfg.plga_n,
+                    d=dk,
+                    batched=False,
+                    init=law,
+                ),
+                integration=Integration(cfg.plga_t1, 201, dtype=dtype),
+                runner=Runner(progress=prog_bar),
+            )
+            names = [str(x) for x in res.regime_names]
+            plga["rows"].append(
+                dict(
+                    flow=fname,
+                    law=law_name,
+                    regimes=names,
+                    fractions={r: names.count(r) / len(names) for r in dict.fromkeys(names)},
+                    num_clusters=np.asarray(res.evidence["num_clusters"]).tolist(),
+                    final_gap=np.asarray(res.evidence["final_gap"]).tolist(),
+                    seeds=np.asarray(res.seed).tolist(),
+                    rate=np.asarray(res.rate).tolist(),
+                    failed=int(np.sum(res.failed)),
+                    seconds=res.seconds,
+                )
+            )
+    from ..plot._atlas import plot_flow_families
+
+    path = _figure(
+        plot_flow_families,
+        curves,
+        plga["rows"],
+        os.path.join(out, "figures", "flow_families.png"),
+    )
     return dict(
-        source="jaxattn/data/pldr_v51_110m_1_G_LM.npz (PLDR-LLM v51-110M-1, Apache-2.0, "
-        "see NOTICE.md)",
-        layers=list(L),
-        heads=list(Hh),
-        d=64,
-        n=cfg.glm_n,
-        beta=beta,
-        V="I",
-        dtype=cfg.high_dtype,
-        usa_handling="On the unit sphere every score is at most β σ_max(G_LM) (listed per head); "
-        "USA runs pass score_shift='auto' (per head the smallest time-rescaling shift with "
-        "β σ_max − shift ≤ ½ log(float max), zero here) and use each head's largest initial "
-        "drive as its time unit. Scores of ~90 arise in the model on unnormalised "
-        "activations, not for tokens on the sphere",
-        max_score_on_sphere=float(np.max(beta * sig)),
-        rows=out_rows,
-        counts=counts,
-        timing=timing,
+        flow=f"softmax (SA), A = V = I, β = 1, d = {d}, n = {n}",
+        t1=t1,
+        seeds=seeds,
+        fit_window="1e-12 < V(t) < 1e-2",
+        rows=rows,
+        plga=plga,
+        figure=path,
+    )
+
+
+def _section_operator(cfg, out, prog_bar):
+    from ..plga import load_atlas_layer, operator_regimes
+    from ..plga._operator_flow import operator_of_attention
+
+    dtype = jnp.result_type(float)
+    layer = load_atlas_layer(dtype=dtype)
+    attn0 = step0_layer(layer)
+    probe = layer.x_probe
+    # The step-0 layer's collapsed G: its G_LM on the shipped probe tokens (the trained
+    # model's layer input); β = r² = D, a unit-gain LayerNorm's output (the step-0 input).
+    _, ded = attn0(probe, positions=jnp.arange(probe.shape[0]))
+    G0 = ded.G_LM if ded.G_LM.ndim == 3 else ded.G_LM[-1]
+    D = int(layer.attn.wq.weight.shape[1])
+    ops = {
+        "step 0 (random init)": operator_of_attention(attn0, G0, beta=float(D), layer=layer.layer),
+        "step 1000 (trained)": layer.operator(),
+    }
+    res = operator_regimes(
+        ops,
+        layer.layer,
+        inits=cfg.operator_inits,
+        n=cfg.operator_n,
+        t1=cfg.operator_t1,
+    )
+    from ..plot import plot_operator_regimes
+
+    def draw(path):
+        import matplotlib.pyplot as plt
+
+        fig = plot_operator_regimes(
+            res,
+            title=f"Trained operator of layer {layer.layer} (D = {D}): regimes over "
+            f"{cfg.operator_inits} sets of n = {cfg.operator_n} uniform tokens",
+            path=path,
+        )
+        plt.close(fig)
+        return path
+
+    path = _figure(draw, os.path.join(out, "figures", "trained_operator.png"))
+    return dict(
+        construction="A_h = W_q,hᵀ G_h W_k,h / √dk, V_h = W_o,h W_v,h (D × D), β = r²; "
+        "heads summed (MultiHeadDynamics) and each head alone (AttentionDynamics), softmax "
+        "kernel, Post-LN (tokens on S^{D−1})",
+        dropped="the query/key/value/output biases, RoPE, the causal mask, the LayerNorms "
+        "around the layer (Post-LN is the projection onto the sphere), the feed-forward "
+        "network and the other layer",
+        G_trained="mean G_LM over 8 held-out prompts (shipped with the layer)",
+        G_step0="the step-0 layer's G_LM on the shipped probe tokens (16 positions)",
+        beta={k: float(v.beta) for k, v in ops.items()},
+        D=D,
+        heads=int(layer.attn.num_heads),
+        dk=int(layer.attn.head_dim),
+        layer=int(layer.layer),
+        n=cfg.operator_n,
+        inits=cfg.operator_inits,
+        t1_natural=cfg.operator_t1,
+        checkpoints=res["checkpoints"],
+        source="jaxattn/data/atlas_tiny_plga.npz (experiments/train_atlas_model.py, "
+        "1000 steps on the packaged corpus; see NOTICE.md)",
         figure=path,
     )
 
@@ -1063,24 +1232,82 @@ def _write_markdown(report, out):
         f"end point: {se['end_regime']}.\n"
     )
     w(f"![search](figures/{os.path.basename(se['figure'])})\n")
-    g = report["g_lm"]
-    w("## 7. A real trained attention operator: G_LM of PLDR-LLM v51-110M-1\n")
+    ff = report["flow_families"]
+    w("## 7. Flow families: normalisation, causal masking, the PLGA flow\n")
     w(
-        f"Source: {g['source']}. A = G_LM[layer, head] (64×64), V = I, β = 1/√64, n = {g['n']}, "
-        f"layers {g['layers']}, {g['dtype']}. Largest score on the sphere β σ_max = "
-        f"{g['max_score_on_sphere']:.2f}. {g['usa_handling']}.\n"
+        f"The same flow — {ff['flow']} — and the same initial tokens (uniform on the sphere, "
+        f"seeds {ff['seeds']}) under Post-LN (the flow on the sphere), Pre-LN (the residual "
+        "stream's radius evolves, attention reads the directions), nGPT (normalised updates) "
+        "and Post-LN with a causal mask (token k attends to j ≤ k), to t = "
+        f"{ff['t1']:g}. The spread of the directions V(t) = 1 − |mean θ|² is fitted over "
+        f"{ff['fit_window']} by an exponential (rate λ) and a power law (exponent p) "
+        "(`decay_fits`); the higher R² names the law (near one cluster Post-LN gives "
+        "V ~ e^(−2t), Pre-LN V ~ t^(−2)). Regimes by `classify_tokens` on the directions at "
+        "equally spaced times of the second half of the run; 'token 1 moved' is "
+        "max_t |θ₁(t) − θ₁(0)|, 'consensus to token 1' the distance of the final mean "
+        "direction to token 1's initial position θ₁(0).\n"
     )
-    w(f"Counts — LSA: {g['counts']['lsa']}; USA: {g['counts']['usa']}.\n")
-    w("| layer | head | σ_max(G) | LSA | USA | LSA order | USA order |")
+    w(
+        "| flow | seed | regime | clusters | law | λ (R²) | p (R²) | V(t₁) | mean radius "
+        "| token 1 moved | consensus to token 1 |"
+    )
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in ff["rows"]:
+        for x in r["seeds"]:
+            f = x["fit"]
+            law = f.get("law", "–")
+            lam = f"{f['exp_rate']:.4g} ({f['exp_r2']:.4f})" if "law" in f else "–"
+            pw = f"{f['power_exponent']:.4g} ({f['power_r2']:.4f})" if "law" in f else "–"
+            w(
+                f"| {r['flow']} | {x['seed']} | {x['regime']} | {x['num_clusters']} | {law} | "
+                f"{lam} | {pw} | {_fmt(x['spread_end'], 2)} | {_fmt(x['radius_end'])} | "
+                f"{_fmt(x['first_token_displacement'], 2)} | "
+                f"{_fmt(x['consensus_to_token1'], 2)} |"
+            )
+    pg = ff["plga"]
+    w(
+        f"\nThe PLGA flow (`PLGAFlow`): softmax attention on S^(dk−1) (dk = {pg['dk']}, "
+        f"{pg['heads']} heads, V = {pg['V']}, β = 1/√dk) whose bilinear forms G_LM(D) the "
+        "layer's metric learner regenerates from the tokens' own density operator "
+        "D = Σ θθᵀ at every instant. Layers: the shipped trained layer "
+        "(`load_atlas_layer`, 1000 training steps) and the step-0 layer of the same training "
+        f"run (same config and seed). {pg['inits']} seeds per initial law, n = {pg['n']} "
+        f"tokens, horizon {pg['t1_natural']:g} natural time units, through "
+        "`sweep(Members(flow, ...))`. Laws: "
+        + "; ".join(f"{k}: {v}" for k, v in pg["laws"].items())
+        + ".\n"
+    )
+    w("| layer | law | regime fractions | clusters | failed |")
+    w("|---|---|---|---|---|")
+    for r in pg["rows"]:
+        fr = ", ".join(f"{k} {v:.2f}" for k, v in r["fractions"].items())
+        w(f"| {r['flow']} | {r['law']} | {fr} | {r['num_clusters']} | {r['failed']} |")
+    w(f"\n![flow families](figures/{os.path.basename(ff['figure'])})\n")
+    op = report["trained_operator"]
+    w("## 8. The trained operator as a multi-head flow (tiny PLDR-LLM, early vs late)\n")
+    w(
+        f"Layer {op['layer']} of the tiny PLDR-LLM ({op['source']}) read as a particle flow "
+        f"in its own residual-stream dimension D = {op['D']}: {op['construction']}. "
+        f"Dropped: {op['dropped']}. G_h late: {op['G_trained']}; early: {op['G_step0']}. "
+        f"β = r²: late {op['beta']['step 1000 (trained)']:.2f} (the RMS norm of the layer's "
+        f"input on held-out prompts), early {op['beta']['step 0 (random init)']:.0f} (= D, a "
+        f"unit-gain LayerNorm). {op['inits']} sets of n = {op['n']} tokens uniform on "
+        f"S^(D−1) per flow, horizon {op['t1_natural']:g} natural time units "
+        "(`operator_regimes`). This replaces the earlier section that used the v51 G_LM "
+        "heads as A with V = I, where every head clustered trivially.\n"
+    )
+    w("| checkpoint | flow | regime fractions | failed | clusters (median) | ‖A‖₂ | ‖V‖₂ |")
     w("|---|---|---|---|---|---|---|")
-    for r in g["rows"]:
-        w(
-            f"| {r['layer']} | {r['head']} | {r['sigma_max']:.1f} | {r['lsa_regime']} | "
-            f"{r['usa_regime']} | {_fmt(r['lsa_final_order'])} | {_fmt(r['usa_final_order'])} |"
-        )
-    w(f"\n![g_lm](figures/{os.path.basename(g['figure'])})\n")
+    for cp in op["checkpoints"]:
+        for name, f in cp["flows"].items():
+            fr = ", ".join(f"{k} {v:.2f}" for k, v in f["fractions"].items())
+            w(
+                f"| {cp['label']} | {name} | {fr} | {f['failed']} | "
+                f"{_fmt(f['num_clusters_median'])} | {f['A_norm']:.3g} | {f['V_norm']:.3g} |"
+            )
+    w(f"\n![trained operator](figures/{os.path.basename(op['figure'])})\n")
     ms = report["multistability"]
-    w("## 8. Multistability: basin fractions\n")
+    w("## 9. Multistability: basin fractions\n")
     w(
         f"A = {ms['A']}, V = [[{ms['V_fixed']['v11']}, v12], [v21, {ms['V_fixed']['v22']}]], "
         f"β = 1, Ott–Antonsen, {ms['inits']} initial states R₂(0) drawn uniformly in the disc "
@@ -1093,7 +1320,7 @@ def _write_markdown(report, out):
     )
     w(f"![multistability](figures/{os.path.basename(ms['figure'])})\n")
     ch = report["chaos"]
-    w("## 9. Chaos in three tokens\n")
+    w("## 10. Chaos in three tokens\n")
     w(
         f"USA, d = 2, n = 3, A = {ch['flow']['A']}, V = {ch['flow']['V']}, β = "
         f"{ch['flow']['beta']}: Lyapunov spectrum (all three exponents of the flow on the "
@@ -1147,7 +1374,8 @@ def run_atlas(
 
     **Arguments:** `quick` (sized for 2 CPU cores) or the full, GPU-sized run; `out_dir`;
     `progress` (section lines and sweep progress bars); `sections` (names to run, for
-    tests; default all: `cases, maps, bifurcation, hamiltonian, high_d, search, g_lm`).
+    tests; default all: `cases, maps, bifurcation, hamiltonian, high_d, search,
+    flow_families, trained_operator, multistability, chaos`).
 
     **Returns:** the report dictionary (also written to `atlas.json`).
 
@@ -1166,7 +1394,8 @@ def run_atlas(
         "hamiltonian",
         "high_d",
         "search",
-        "g_lm",
+        "flow_families",
+        "trained_operator",
         "multistability",
         "chaos",
     )
@@ -1196,9 +1425,12 @@ def run_atlas(
     if "search" in sections:
         with prog.section("gradient-based boundary crossing"):
             report["search"] = _section_search(cfg, out_dir, case2_map)
-    if "g_lm" in sections:
-        with prog.section("PLDR-LLM G_LM heads as A (LSA and USA)"):
-            report["g_lm"] = _section_glm(cfg, out_dir, progress)
+    if "flow_families" in sections:
+        with prog.section("flow families: normalisations, causal masking, the PLGA flow"):
+            report["flow_families"] = _section_families(cfg, out_dir, progress)
+    if "trained_operator" in sections:
+        with prog.section("the trained operator (tiny PLDR-LLM layer) as a multi-head flow"):
+            report["trained_operator"] = _section_operator(cfg, out_dir, progress)
     if "multistability" in sections:
         with prog.section("multistability: basin fractions on a slice where they split"):
             report["multistability"] = _section_multistability(cfg, out_dir, progress)

@@ -11,8 +11,10 @@ def register(subparsers) -> None:
         help="map where attention clusters, rotates or oscillates; write a report",
         description="Run the regime atlas on built-in inputs (the paper's cases, regime maps "
         "with theory overlaid, bifurcations, the Case-4 Hamiltonian, d = 100 runs, a "
-        "gradient-based boundary crossing, and the learned G_LM heads of PLDR-LLM "
-        "v51-110M-1) and write DIR/atlas.md, DIR/atlas.json and DIR/figures/. Exit code 3: "
+        "gradient-based boundary crossing, flow families (normalisations, causal masking, "
+        "the PLGA flow of a trained tiny PLDR-LLM layer), that layer's trained operator as a "
+        "multi-head flow, multistability and chaos in three tokens) and write DIR/atlas.md, "
+        "DIR/atlas.json and DIR/figures/. Exit code 3: "
         "the report is written but a figure could not be drawn (listed in atlas.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -25,6 +25,7 @@ __all__ = [
     "plot_search",
     "plot_high_d",
     "plot_glm",
+    "plot_flow_families",
 ]
 
 _SHORT = {"particles": "particles", "watanabe_strogatz": "WS", "ott_antonsen": "OA"}
@@ -569,4 +570,63 @@ def plot_glm(table, path, *, threshold=0.99):
     fig.suptitle(
         "Learned G_LM heads as A (V = I, β = 1/8): per head what the flow did", fontsize=10
     )
+    return _save(fig, path)
+
+
+def plot_flow_families(curves, plga_rows, path):
+    """Flow families: left, the spread `V(t) = 1 − |mean θ|²` of each flow on log–log
+    axes with its exponential and power-law fits over the fit window (the better fit solid);
+    right, the regime fractions of the PLGA flow per layer and initial law (stacked bars).
+
+    **Arguments:** `curves` a list of `{"label", "ts", "spread", "fit"}` (`fit` from
+    `jaxattn.dynamics.decay_fits`); `plga_rows` a list of `{"flow", "law", "fractions":
+    {regime: fraction}}`; `path` of the PNG.
+    """
+    plt = _plt()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 4.6), gridspec_kw=dict(width_ratios=[1.3, 1]))
+    colours = plt.get_cmap("tab10")
+    for i, c in enumerate(curves):
+        ts, v = np.asarray(c["ts"]), np.asarray(c["spread"])
+        keep = (ts > 0) & (v > 0)
+        col = colours(i)
+        ax.loglog(ts[keep], v[keep], color=col, lw=1.6, label=c["label"])
+        f = c["fit"]
+        if "law" in f:
+            t = np.geomspace(*f["t_window"], 50)
+            exp_fit = np.exp(f["exp_intercept"] - f["exp_rate"] * t)
+            pow_fit = np.exp(f["power_intercept"] - f["power_exponent"] * np.log(t))
+            best_exp = f["law"] == "exponential"
+            ax.loglog(
+                t, exp_fit, color=col, lw=1.0, ls="-" if best_exp else ":",
+                label=f"  exp fit λ = {f['exp_rate']:.3g} (R² {f['exp_r2']:.3f})",
+            )  # fmt: skip
+            ax.loglog(
+                t, pow_fit, color=col, lw=1.0, ls=":" if best_exp else "--",
+                label=f"  power fit p = {f['power_exponent']:.3g} (R² {f['power_r2']:.3f})",
+            )  # fmt: skip
+    ax.axhspan(1e-12, 1e-2, color="0.9", zorder=0, label="fit window")
+    ax.set_xlabel("time t")
+    ax.set_ylabel("spread V(t) = 1 − |mean θ|²")
+    ax.set_ylim(1e-16, 2.0)
+    ax.set_title("Softmax, A = V = I, β = 1: contraction by normalisation", fontsize=10)
+    ax.legend(fontsize=6.5, loc="lower left", ncol=1, framealpha=0.85)
+    labels = [f"{r['flow'].split(' (')[0]}\n{r['law']}" for r in plga_rows]
+    names = []
+    for r in plga_rows:
+        for k in r["fractions"]:
+            if k not in names:
+                names.append(k)
+    bottom = np.zeros(len(plga_rows))
+    for name in names:
+        h = np.array([r["fractions"].get(name, 0.0) for r in plga_rows])
+        bx.bar(np.arange(len(plga_rows)), h, bottom=bottom, color=regime_colour(name), label=name)
+        bottom += h
+    bx.set_xticks(np.arange(len(plga_rows)), labels, fontsize=7)
+    bx.set_ylim(0, 1.0)
+    bx.set_xlabel("PLGA layer and initial law")
+    bx.set_ylabel("fraction of initial conditions")
+    bx.set_title("The PLGA flow (G regenerated from D = Σ θθᵀ)", fontsize=10)
+    bx.legend(fontsize=7, title="regime", title_fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))  # fmt: skip
+    fig.tight_layout()
     return _save(fig, path)

@@ -1,0 +1,79 @@
+r"""The contraction law of a clustering flow: the spread of the token directions and its fit
+by an exponential and by a power law (Post-LN against Pre-LN, Karagodin, Ge, Polyanskiy,
+Rigollet, *Normalization in attention dynamics*, arXiv 2510.22026).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["direction_spread", "decay_fits"]
+
+
+def direction_spread(xs) -> np.ndarray:
+    r"""The spread of the token directions, `V(t) = 1 − |(1/n) Σ_k θ_k(t)|²` with
+    `θ_k = x_k/|x_k|` (zero exactly when every token points the same way).
+
+    **Arguments:** `xs` tokens of shape `(times, n, d)` (any radius: Pre-LN states too).
+
+    **Returns:** `V` of shape `(times,)` (NumPy, float64).
+    """
+    xs = np.asarray(xs, np.float64)
+    if xs.ndim != 3:
+        raise ValueError(f"direction_spread: xs must have shape (times, n, d), got {xs.shape}.")
+    theta = xs / np.linalg.norm(xs, axis=-1, keepdims=True)
+    return 1 - np.sum(np.mean(theta, axis=1) ** 2, axis=-1)
+
+
+def _fit(x, y):
+    slope, intercept = np.polyfit(x, y, 1)
+    pred = slope * x + intercept
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - np.mean(y)) ** 2))
+    return float(slope), float(intercept), 1 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+
+
+def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
+    r"""Fit the decay law of `spread(t)` on the late window `v_lo < V < v_hi` (`t > 0`):
+
+    - exponential `log V = a − λ t` (rate `λ`, coefficient of determination `R²`);
+    - power law `log V = b − p log t` (exponent `p`, its `R²`).
+
+    The better fit (higher `R²`) names the law: `"exponential"` or `"algebraic"`. Near
+    one cluster of the softmax flow with `A = V = I`, Post-LN deviations decay like
+    `e^{−t}`, so `V ~ e^{−2t}` (`λ ≈ 2`); under Pre-LN the radius grows like `t`, the
+    angular speed falls like `1/t` and `V ~ t^{−2}` (`p ≈ 2`).
+
+    **Arguments:** `ts` `(times,)`, `spread` `(times,)` (e.g. `direction_spread`); the
+    window bounds `v_hi`, `v_lo`.
+
+    **Returns:** a dict: `points` (samples in the window) and, with at least 5 of them,
+    `t_window` `(first, last)`, `exp_rate`, `exp_intercept`, `exp_r2`, `power_exponent`,
+    `power_intercept`, `power_r2`, `law`.
+
+    Source: arXiv 2510.22026 (Post-LN exponential, Pre-LN algebraic contraction).
+    """
+    ts = np.asarray(ts, np.float64)
+    spread = np.asarray(spread, np.float64)
+    if ts.shape != spread.shape or ts.ndim != 1:
+        raise ValueError(
+            f"decay_fits: ts and spread must be 1-d of one length, got {ts.shape} and "
+            f"{spread.shape}."
+        )
+    window = (spread < v_hi) & (spread > v_lo) & (ts > 0)
+    if window.sum() < 5:
+        return dict(points=int(window.sum()))
+    t, logv = ts[window], np.log(spread[window])
+    lam, a, r2_exp = _fit(t, logv)
+    p, b, r2_pow = _fit(np.log(t), logv)
+    return dict(
+        points=int(window.sum()),
+        t_window=(float(t[0]), float(t[-1])),
+        exp_rate=-lam,
+        exp_intercept=a,
+        exp_r2=r2_exp,
+        power_exponent=-p,
+        power_intercept=b,
+        power_r2=r2_pow,
+        law="exponential" if r2_exp > r2_pow else "algebraic",
+    )
