@@ -2,8 +2,8 @@
 
 Question: on 512 random (A, V) pairs (d = 2, n = 256, LSA, t1 = 50, float64, the sweep's
 default save grid and tolerances), how many members per second does `sweep` do with
-`Runner(strategy="compact")` (the default: a pool of slots stepped K steps at a time and
-refilled from the queue) and with `Runner(strategy="lockstep")` (the old default: one
+`Runner(strategy="compact")` (a pool of slots stepped K steps at a time and refilled
+from the queue: the default for particles and WS; OA defaults to lockstep) and with `Runner(strategy="lockstep")` (the old default: one
 vmapped solve per chunk, chunks grouped by an Ott–Antonsen pilot), for particles and
 Watanabe–Strogatz in physical and natural time, plus Ott–Antonsen; against a loop of
 `scipy.integrate.solve_ivp` (RK45, same tolerances) on the particles. Printed side by side
@@ -122,7 +122,7 @@ def main(
         (time.perf_counter() - t) / scipy_members * pairs,
     )
 
-    compact = Runner(progress=False)
+    compact = Runner(strategy="compact", progress=False)
     lockstep = Runner(strategy="lockstep", progress=False)
     common = dict(n=n, t1=t1)
     results = {}
@@ -130,7 +130,7 @@ def main(
         for ts in ("physical", "natural"):
             for name, runner in (
                 ("lockstep (old default)", lockstep),
-                ("compact (default)", compact),
+                ("compact", compact),
             ):
                 s, res = _timed(A, V, method=method, time_scale=ts, runner=runner, **common)
                 add(f"{method}, {ts}, {name}", s, res)
@@ -138,7 +138,7 @@ def main(
     for method in ("particles", "watanabe_strogatz", "ott_antonsen"):
         for ts in ("physical", "natural"):
             a, b = (
-                results[(method, ts, k)] for k in ("lockstep (old default)", "compact (default)")
+                results[(method, ts, k)] for k in ("lockstep (old default)", "compact")
             )
             same = bool(np.array_equal(a.regime, b.regime))
             steps = bool(np.array_equal(a.num_steps, b.num_steps))
@@ -155,7 +155,7 @@ def main(
 
     base = rows[0]["members_per_s"]
     oa = {
-        ts: next(r for r in rows if r["name"] == f"ott_antonsen, {ts}, compact (default)")
+        ts: next(r for r in rows if r["name"] == f"ott_antonsen, {ts}, compact")
         for ts in ("physical", "natural")
     }
     print(

@@ -204,7 +204,9 @@ def test_compacted_members_equal_their_solo_runs(method):
     kw = dict(SWEEP_KW, method=method, progress=False)
     seeds = np.arange(6)
     # Two slots for six members: every slot is refilled, a failed member retires early.
-    comp = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, slots=2, segment_steps=8, **kw)
+    comp = sweep(
+        SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=2, segment_steps=8, **kw
+    )
     assert comp.plan["strategy"] == "compact"
     assert 0 < comp.lockstep_efficiency <= 1
     assert comp.failed[3] and comp.failed[4] and not comp.failed[0]
@@ -228,15 +230,17 @@ def test_compacted_sweep_resumes_from_out_dir(tmp_path):
     from jaxattn.dynamics._sweep import SweepResult, sweep
 
     kw = dict(SWEEP_KW, method="ott_antonsen", chunk_size=2, progress=False)
+    compact = dict(kw, strategy="compact")
     seeds = np.arange(6)
-    full = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, **kw)
+    full = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, **compact)
+    assert full.plan["strategy"] == "compact"
 
     def interrupt(c, info):
         if c == 1:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sweep(SWEEP_A, SWEEP_V, 1.0, seeds, out_dir=tmp_path, on_chunk=interrupt, **kw)
+        sweep(SWEEP_A, SWEEP_V, 1.0, seeds, out_dir=tmp_path, on_chunk=interrupt, **compact)
     part = SweepResult.load(tmp_path)
     assert part.completed.sum() == 4
     seen = []
@@ -247,7 +251,7 @@ def test_compacted_sweep_resumes_from_out_dir(tmp_path):
         seeds,
         out_dir=tmp_path,
         on_chunk=lambda c, info: seen.append(info["computed"]),
-        **kw,
+        **compact,
     )
     assert seen == [False, False, True]
     for k in ("regime", "R2", "result", "num_steps"):

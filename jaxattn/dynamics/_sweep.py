@@ -27,10 +27,11 @@ and a hand-made run of the same parameters agree (in float64 to rounding; in flo
 the vectorised arithmetic of a chunk may round differently from a solo run, so states
 agree to a few float32 ulps and step counts may differ by a few steps).
 
-Compaction (the default, `Runner(strategy="compact")`). A `vmap` of an adaptive solve
-advances a batch in one `while_loop`: every member would pay for as many loop iterations as
-the slowest member of its batch (lockstep). Instead, each device prepares its members of a
-chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
+Compaction (the default for particles and Watanabe–Strogatz members,
+`Runner(strategy="compact")`; Ott–Antonsen members run lockstep unless asked). A `vmap`
+of an adaptive solve advances a batch in one `while_loop`: every member would pay for as
+many loop iterations as the slowest member of its batch (lockstep). Instead, each device
+prepares its members of a chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
 `prepare_watanabe_strogatz`, the very problem the public solvers build), keeps `slots` of
 them in a pool and advances the pool `segment_steps` (K) steps at a time
 (`_segments.advance_segments`, vmapped), all inside one compiled `while_loop`. After a
@@ -39,11 +40,13 @@ device's queue (`start_segments` states, most costly member first by the predict
 members dealt round robin over the devices); when the queue is empty the pool drains. Then
 all members of the chunk are finished (`finish_*`) and classified at once. A segmented
 solve takes exactly the steps of the whole solve, so a member's saves, step counts, result
-and regime are those of its solo run (float64: to rounding of the differently compiled
-program, ~1e-13). `lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over
-devices; 1 = no slot ever idle). The defaults (one slot per device on CPU, `segment_steps`
-32) were measured (`Runner` docstring; `experiments/bench_compaction.py --scan`); K
-divides `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
+and regime are those of its solo run in float64 up to the rounding of a differently
+compiled program (~1e-13 on the test cases; on 512 random pairs a few sensitive members
+differed by up to 1e-8 in `R₂` and WS step counts in physical time, all regimes equal).
+`lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over devices; 1 = no
+slot ever idle). The defaults (one slot per device on CPU, `segment_steps` 32) were
+measured (`Runner` docstring; `experiments/bench_compaction.py --scan`); K divides
+`max_steps` (`gcd`), so a member stops at `max_steps` exactly.
 
 Lockstep (`Runner(strategy="lockstep")`, and members with `Judge(lyapunov=k)`): each chunk
 is one `vmap` of the public solvers. Its defences: (1) `time_scale="natural"` integrates
@@ -479,7 +482,11 @@ class Runner(eqx.Module):
 
     **Arguments:**
 
-    - `strategy`: `"compact"` (default): each device steps a pool of `slots` members
+    - `strategy`: `"auto"` (default): `"compact"` for particles and Watanabe–Strogatz
+      members, `"lockstep"` for Ott–Antonsen members (2 real ODEs: the pool's bookkeeping
+      costs more than the lockstep waste; measured 1657 against 3102 members/s on the
+      512 pairs of `experiments/bench_compaction.py`). `"compact"`: each device steps a
+      pool of `slots` members
       `segment_steps` steps at a time and refills finished (or failed) members' slots
       from its queue, so no member waits for another (module docstring); `"lockstep"`:
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
@@ -533,7 +540,7 @@ class Runner(eqx.Module):
     def __init__(
         self,
         *,
-        strategy: Literal["compact", "lockstep"] = "compact",
+        strategy: Literal["auto", "compact", "lockstep"] = "auto",
         slots: int | None = None,
         segment_steps: int = SEGMENT_STEPS,
         chunk_size: int | Literal["auto"] | None = "auto",
@@ -546,9 +553,9 @@ class Runner(eqx.Module):
         on_chunk: Callable[[int, dict], Any] | None = None,
     ):
         where = "sweep"
-        if strategy not in ("compact", "lockstep"):
+        if strategy not in ("auto", "compact", "lockstep"):
             raise ValueError(
-                f"{where}: strategy must be 'compact' or 'lockstep', got {strategy!r}."
+                f"{where}: strategy must be 'auto', 'compact' or 'lockstep', got {strategy!r}."
             )
         self.strategy = strategy
         self.slots = None if slots is None else _count(where, "slots", slots)
@@ -1469,7 +1476,12 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             f"{available_memory() / 2**30:.2f} GiB available; lower n or num_save."
         )
     max_chunk = max(ndev, int(budget // max(per_member, 1)) // ndev * ndev)
-    compact = runner.strategy == "compact" and not cfg.lyapunov
+    strategy = runner.strategy
+    if strategy == "auto":
+        # Measured (experiments/bench_compaction.py): compaction is 1.4-3.4× faster for
+        # particles and WS members, lockstep 1.7-1.9× faster for the tiny OA members.
+        strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
+    compact = strategy == "compact" and not cfg.lyapunov
     if compact and runner.chunk_size == "auto":
         sizes = _compact_plan(B, ndev, max_chunk)
     else:
