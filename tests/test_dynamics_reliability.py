@@ -172,6 +172,84 @@ def test_environment_record():
     assert rec["jax"] == jax.__version__ and rec["diffrax"] == diffrax.__version__
 
 
+def test_trajectory_carries_its_environment_through_jit_vmap_and_grad():
+    """A Trajectory used to record nothing of where it was computed; it carries
+    `environment` (a static field: the pytree's leaves are unchanged, so jit, vmap and grad
+    of simulate work as before)."""
+    import json
+
+    field = AttentionDynamics(jnp.array(ROT), jnp.eye(2))
+    traj = simulate(field, _x0(), t1=1.0, num_save=3)
+    env = traj.environment
+    assert env["backend"] == jax.default_backend()
+    assert env["device_count"] == jax.device_count()
+    assert env["matmul_precision"] == jax.config.jax_default_matmul_precision
+    assert env["dtype"] == "float64" and env["x64"] is True
+    assert dict(env) == dict(environment_record(), dtype="float64", devices=env["devices"])
+    json.dumps(dict(env))  # JSON-ready
+    assert len(jax.tree.leaves(traj)) == 8  # ts, xs, result, 3 step counts, 2 deviations
+    f32 = jnp.float32
+    field32 = AttentionDynamics(jnp.array(ROT, f32), jnp.eye(2, dtype=f32))
+    assert simulate(field32, _x0(dtype=f32), t1=1.0, num_save=3).environment["dtype"] == "float32"
+    with jax.default_matmul_precision("highest"):
+        precise = simulate(field, _x0(), t1=1.0, num_save=3)
+    assert precise.environment["matmul_precision"] == "highest"
+
+    def run(beta):
+        f = AttentionDynamics(jnp.array(ROT), jnp.eye(2), beta=beta)
+        return simulate(f, _x0(), t1=1.0, num_save=3, throw=False)
+
+    batch = jax.jit(jax.vmap(run))(jnp.array([1.0, 2.0]))
+    assert batch.environment == env and batch.xs.shape == (2, 3, 8, 2)
+    np.testing.assert_allclose(batch.xs[0], traj.xs, rtol=0, atol=1e-12)
+    grad = jax.grad(lambda b: run(b).xs[-1, 0, 0])(1.0)
+    eps = 1e-6
+    fd = (run(1.0 + eps).xs[-1, 0, 0] - run(1.0 - eps).xs[-1, 0, 0]) / (2 * eps)
+    np.testing.assert_allclose(grad, fd, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------- lyapunov_spectrum
+
+
+def test_lyapunov_spectrum_refuses_usa_overflow_naming_score_shift():
+    """lyapunov_spectrum lacked simulate's USA overflow check: β σ_max(A) = 100 in float32
+    ran into max_steps_reached with NaN exponents. It now refuses with simulate's message
+    (the smallest score_shift that fits); traced, the member reports usa_overflow."""
+    from jaxattn.dynamics import lyapunov_spectrum
+
+    f32 = jnp.float32
+    A, eye = 100.0 * jnp.eye(2, dtype=f32), jnp.eye(2, dtype=f32)
+    kw = dict(t1=1.0, k=1, num_renorm=16, transient=0.0)
+    with pytest.raises(ValueError, match=r"lyapunov_spectrum: USA .*score_shift=55\.6386"):
+        lyapunov_spectrum(AttentionDynamics(A, eye, kernel="usa"), _x0(dtype=f32), **kw)
+
+    def run(beta):
+        return lyapunov_spectrum(
+            AttentionDynamics(eye, eye, beta=beta, kernel="usa"), _x0(dtype=f32), **kw
+        )
+
+    out = jax.vmap(run)(jnp.array([1.0, 200.0], f32))
+    codes = np.asarray(out.result._value)
+    assert codes.tolist() == [RESULTS.successful._value, RESULTS.usa_overflow._value]
+    assert np.isfinite(out.exponents[0]).all() and np.isnan(out.exponents[1]).all()
+
+
+def test_lyapunov_spectrum_reports_a_stalled_float32_clock():
+    """The float32 clock at t0 = 1e5 (spacing 0.0078) used to retry the same step until
+    max_steps_reached (512 steps, 510 rejected); the stall guard of simulate now ends it
+    at once with RESULTS.time_stalled. The same spectrum from t0 = 0 succeeds."""
+    from jaxattn.dynamics import lyapunov_spectrum
+
+    f32 = jnp.float32
+    field = AttentionDynamics(jnp.array(ROT, f32), jnp.eye(2, dtype=f32))
+    kw = dict(k=1, num_renorm=16, transient=0.0, rtol=1e-8, atol=1e-10, max_steps=512)
+    late = lyapunov_spectrum(field, _x0(dtype=f32), t0=1e5, t1=1e5 + 16, **kw)
+    assert late.result == RESULTS.time_stalled
+    assert int(late.num_steps) < 100 and np.isnan(late.exponents).all()
+    early = lyapunov_spectrum(field, _x0(dtype=f32), t0=0.0, t1=16.0, **kw)
+    assert early.successful and np.isfinite(early.exponents).all()
+
+
 # ----------------------------------------------------------------------------- search
 
 

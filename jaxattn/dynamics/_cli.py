@@ -328,6 +328,7 @@ def _run(args) -> int:
         num_rejected_steps=z + rejected,
         sphere_deviation=jnp.asarray(drift, dtype),
         initial_deviation=jnp.asarray(0.0, dtype),
+        environment=traj.environment,
     )
     ok = bool(full.result == RESULTS.successful)
     # With a score shift the horizon t1 covers only the physical time t1·exp(−shift); a run

@@ -33,9 +33,13 @@ from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs
 from ._solve import (
     RESULTS,
     ProjectedSolver,
+    _StallGuardPID,
     check_flow,
+    check_particle_inputs,
     check_tokens,
+    check_usa_overflow,
     flow_manifold,
+    input_result,
     promote_result,
 )
 from ._vector_field import AttentionDynamics, _is_concrete
@@ -273,7 +277,9 @@ def _spectrum(
     W0, _ = _orthonormalise(_tangent(y0, W0, manifold))
     wrapper = _AugmentedProjection(solver, manifold)
     norm = optx.rms_norm if control_tangents else _state_rms
-    controller = diffrax.PIDController(rtol=rtol, atol=atol, norm=norm)
+    # the stalled-clock guard of `simulate`: a float32 time far from zero that stops
+    # advancing ends the segment with RESULTS.time_stalled (not max_steps_reached)
+    controller = _StallGuardPID(rtol=rtol, atol=atol, norm=norm)
 
     def one_segment(carry, i):
         y, off, result, dt, steps = carry
@@ -440,9 +446,13 @@ def lyapunov_spectrum(
     **Raises:** `ValueError` for a flow that is not a module (or cannot be traced, returns
     the wrong shape, non-finite or non-tangent values at `x0`), wrong `x0` shape or
     non-finite/zero tokens, `k` outside `[1, dim]`, `num_renorm < 16`, `t1 ≤ t0`, a
-    transient that leaves fewer than 16 segments, non-positive tolerances. Under `jit`/
-    `vmap` a non-finite parameter gives NaN exponents and `RESULTS.nonfinite_argument`; a
-    solver failure (e.g. `max_steps` in a segment) NaN exponents and its code.
+    transient that leaves fewer than 16 segments, non-positive tolerances, and (as
+    `simulate`) a USA field whose weights overflow the dtype, naming the `score_shift`
+    that fits (`usa_score_shift`). Under `jit`/`vmap` bad input gives NaN exponents and
+    the code `simulate` reports (`RESULTS.nonfinite_argument`, `nonpositive_beta`,
+    `usa_overflow`); a solver failure NaN exponents and its code: `max_steps_reached` in a
+    segment, or `RESULTS.time_stalled` when the clock stops advancing (float32 far from
+    t = 0, e.g. t0 = 1e5), as in `simulate`.
 
     Source: Benettin, Galgani, Giorgilli & Strelcyn, Meccanica 15, 9 (1980) (QR method);
     flow: Li et al. (2026), eq. (1), docs/theory.
@@ -468,16 +478,9 @@ def lyapunov_spectrum(
     _check_common(where, t0, t1, k, dim, num_renorm, transient, rtol, atol, max_steps)
     if not isinstance(field, AttentionDynamics):
         check_flow(where, field, x0, jnp.asarray(t0, dtype), manifold)
-    bad = ~jnp.all(jnp.isfinite(x0))
-    for leaf in float_leaves:
-        bad = bad | ~jnp.all(jnp.isfinite(leaf))
-    if isinstance(field, AttentionDynamics):
-        bad = bad | ~(field.beta > 0)
-    x_start = jnp.where(jnp.isfinite(x0), x0, 0)
-    if manifold == "sphere":
-        bad = bad | jnp.any(safe_norm(x_start) == 0)
-        x_start = normalise(x_start)
-    x_start = jnp.where(bad, jnp.zeros_like(x_start).at[:, 0].set(1), x_start)
+    check_usa_overflow(where, field, dtype)
+    # the per-member checks of `simulate` (non-finite input, zero token, β ≤ 0, USA overflow)
+    checks, x_start = check_particle_inputs(field, x0)
     W0 = _initial_tangents(key, int(k), x0.shape, dtype)
     return _spectrum(
         field,
@@ -492,8 +495,8 @@ def lyapunov_spectrum(
         rtol,
         atol,
         int(max_steps),
-        bad,
-        RESULTS.nonfinite_argument,
+        checks.invalid,
+        input_result(checks, RESULTS.successful),
         bool(control_tangents),
     )
 

@@ -2,6 +2,7 @@
 
 import math
 import warnings
+from collections.abc import Mapping
 
 import diffrax
 import equinox as eqx
@@ -134,6 +135,45 @@ class SphereProjection(ProjectedSolver):
         return normalise(y), jnp.max(jnp.abs(safe_norm(y) - 1))
 
 
+class Environment(Mapping):
+    """A read-only, hashable record of where and how a result was computed (the
+    `Trajectory.environment` static field): `environment_record()` plus the solve's
+    `dtype`. Lists become tuples; `dict(env)` gives the JSON-ready dict."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, record: Mapping):
+        self._items = tuple(
+            (str(k), tuple(v) if isinstance(v, list) else v) for k, v in record.items()
+        )
+
+    def __getitem__(self, key):
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self):
+        return (k for k, _ in self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __eq__(self, other):
+        return isinstance(other, Mapping) and dict(self._items) == dict(other)
+
+    def __repr__(self):
+        return f"Environment({dict(self._items)!r})"
+
+
+def solve_environment(dtype) -> Environment:
+    """`environment_record()` with the solve's `dtype`, as a `Trajectory.environment`."""
+    return Environment(dict(environment_record(), dtype=jnp.dtype(dtype).name))
+
+
 class Solution(eqx.Module):
     """What every jaxattn solve returns besides its states: save times, the `RESULTS`
     code and diffrax's step statistics. Subclassed by `Trajectory` (particles),
@@ -173,11 +213,18 @@ class Trajectory(Solution):
       numerical solution; NaN for a flow with `manifold = "euclidean"`.
     - `initial_deviation`: `max | |x_k(0)| − 1 |` of the initial tokens as given (they are
       normalised before solving).
+    - `environment`: where and how the solve was compiled, a read-only mapping (`dict(...)`
+      for JSON): `environment_record()` (`backend`, `device_count`, `devices`,
+      `matmul_precision`, `x64`, versions) plus `dtype`, the solve's float type. Host-side
+      static information (a static field: not a leaf, so `jit`, `vmap` and `grad` of
+      `simulate` see the same pytree), recorded when the solve is traced; `None` for a
+      `Trajectory` built by hand.
     """
 
     xs: Float[Array, "times n d"]
     sphere_deviation: Float[Array, ""]
     initial_deviation: Float[Array, ""]
+    environment: Environment | None = eqx.field(static=True, default=None)
 
     @property
     def final(self) -> Float[Array, "n d"]:
@@ -501,12 +548,54 @@ class ParticleChecks(eqx.Module):
     sphere: bool = eqx.field(static=True)
 
 
-def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, ParticleChecks]:
-    """The particle flow's `Problem` from `x0`, with the per-member input checks.
+def usa_log_bound(field) -> Float[Array, ""]:
+    r"""`β σ_max(A) − score_shift + log max(σ_max(V), 1)`: the log of a bound of a USA
+    field's size `exp(β <x, A y> − score_shift) · |V y|` on the sphere (traceable;
+    non-finite entries of `A`, `V` read as 0, so that they are reported as non-finite
+    input rather than as an overflow). Compared with `_usa_log_limit(dtype)` by
+    `check_usa_overflow` (concrete fields) and `check_particle_inputs` (per member)."""
+    A_safe = jnp.where(jnp.isfinite(field.A), field.A, 0)
+    V_safe = jnp.where(jnp.isfinite(field.V), field.V, 0)
+    return (
+        jnp.abs(field.beta) * jnp.linalg.norm(A_safe, ord=2)
+        - field.score_shift
+        + jnp.log(jnp.maximum(jnp.linalg.norm(V_safe, ord=2), 1))
+    )
 
-    A rejected member (non-finite input, a zero token on the sphere, USA overflow, β ≤ 0)
-    is solved with a harmless stand-in (zero field, unit tokens) so that it costs nothing
-    and cannot poison a batch; `finish_particles` reports it.
+
+def check_usa_overflow(where: str, field, dtype) -> None:
+    """Refuse, before solving, a USA `AttentionDynamics` with concrete finite `A`, `V`,
+    `beta` whose weights can overflow `dtype` (shared by `simulate` and
+    `lyapunov_spectrum`; a traced field is checked per member by `check_particle_inputs`).
+
+    **Raises:** `ValueError` prefixed with `where`, giving the smallest `score_shift` that
+    fits (`usa_overflow_message`)."""
+    if not (isinstance(field, AttentionDynamics) and field.kernel == "usa"):
+        return
+    arrays = (field.A, field.V, field.beta, field.score_shift)
+    if not all(_is_concrete(a) for a in arrays):
+        return
+    if not all(np.all(np.isfinite(np.asarray(a))) for a in arrays):
+        return  # non-finite input: reported as such
+    log_bound = (
+        float(abs(np.asarray(field.beta))) * float(np.linalg.norm(np.asarray(field.A), 2))
+        - float(field.score_shift)
+        + math.log(max(float(np.linalg.norm(np.asarray(field.V), 2)), 1.0))
+    )
+    if log_bound > _usa_log_limit(dtype):
+        raise ValueError(usa_overflow_message(where, field, dtype))
+
+
+def check_particle_inputs(field, x0, *, project: bool = False):
+    """The per-member input checks of a particle solve (traceable; shared by
+    `prepare_particles` and `lyapunov_spectrum`): non-finite input, a zero token on the
+    sphere, USA overflow (`usa_log_bound`), β ≤ 0 (a traced β; a concrete one is refused
+    at construction).
+
+    **Returns:** `(checks, x_start)`: a `ParticleChecks` and the initial state to solve
+    from (normalised on the sphere; unit tokens `e_1` for a rejected member, so that it
+    costs nothing and cannot poison a batch). `input_result` turns `checks` into the
+    member's `RESULTS` code.
     """
     dtype = x0.dtype
     norms = safe_norm(x0)
@@ -518,25 +607,47 @@ def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, 
     bad_input = ~bad_input
     zero_token = jnp.any(norms == 0) if sphere else jnp.array(False)
     if builtin and field.kernel == "usa":
-        A_safe = jnp.where(jnp.isfinite(field.A), field.A, 0)
-        V_safe = jnp.where(jnp.isfinite(field.V), field.V, 0)
-        log_bound = (
-            jnp.abs(field.beta) * jnp.linalg.norm(A_safe, ord=2)
-            - field.score_shift
-            + jnp.log(jnp.maximum(jnp.linalg.norm(V_safe, ord=2), 1))
-        )
-        overflow = log_bound > _usa_log_limit(dtype)
+        overflow = usa_log_bound(field) > _usa_log_limit(dtype)
     else:
         overflow = jnp.array(False)
-    # β ≤ 0 is refused at construction when concrete; a traced β (a swept batch) is
-    # checked here, member by member.
-    beta = getattr(field, "beta", None) if isinstance(field, AttentionDynamics) else None
+    beta = field.beta if builtin else None
     nonpositive_beta = jnp.array(False) if beta is None else ~(beta > 0)
     invalid = bad_input | zero_token | overflow | nonpositive_beta
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
     x_finite = jnp.where(jnp.isfinite(x0), x0, 0)
     x_start = jnp.where(invalid, e1, normalise(x_finite) if sphere else x_finite)
-    if builtin:
+    checks = ParticleChecks(
+        invalid=invalid,
+        bad_input=bad_input,
+        zero_token=zero_token,
+        overflow=overflow,
+        nonpositive_beta=nonpositive_beta,
+        initial_deviation=jnp.max(jnp.abs(norms - 1)),
+        project=bool(project) and sphere,
+        sphere=sphere,
+    )
+    return checks, x_start
+
+
+def input_result(checks: ParticleChecks, result) -> RESULTS:
+    """`result` overridden by the input check that failed (the first of non-finite input,
+    zero token, β ≤ 0, USA overflow)."""
+    result = RESULTS.where(checks.overflow, RESULTS.usa_overflow, result)
+    result = RESULTS.where(checks.nonpositive_beta, RESULTS.nonpositive_beta, result)
+    result = RESULTS.where(checks.zero_token, RESULTS.zero_token, result)
+    return RESULTS.where(checks.bad_input, RESULTS.nonfinite_argument, result)
+
+
+def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, ParticleChecks]:
+    """The particle flow's `Problem` from `x0`, with the per-member input checks.
+
+    A rejected member (non-finite input, a zero token on the sphere, USA overflow, β ≤ 0)
+    is solved with a harmless stand-in (zero field, unit tokens) so that it costs nothing
+    and cannot poison a batch; `finish_particles` reports it.
+    """
+    checks, x_start = check_particle_inputs(field, x0, project=project)
+    invalid = checks.invalid
+    if isinstance(field, AttentionDynamics):
         field_run = eqx.tree_at(
             lambda f: (f.A, f.V, f.beta),
             field,
@@ -548,24 +659,13 @@ def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, 
         )
     else:
         field_run = _Guarded(field, invalid)
-    project = project and sphere
     problem = Problem(
         term=diffrax.ODETerm(field_run),
-        solver=SphereProjection(solver) if project else solver,
+        solver=SphereProjection(solver) if checks.project else solver,
         y0=x_start,
         args=None,
         controller=_StallGuardPID(rtol=rtol, atol=atol),
-        save_solver_state=project,
-    )
-    checks = ParticleChecks(
-        invalid=invalid,
-        bad_input=bad_input,
-        zero_token=zero_token,
-        overflow=overflow,
-        nonpositive_beta=nonpositive_beta,
-        initial_deviation=jnp.max(jnp.abs(norms - 1)),
-        project=project,
-        sphere=sphere,
+        save_solver_state=checks.project,
     )
     return problem, checks
 
@@ -581,11 +681,7 @@ def finish_particles(checks: ParticleChecks, sol, ts) -> "Trajectory":
     else:  # the token norms are part of the state: no drift to report
         deviation = jnp.asarray(jnp.nan, dtype)
     xs = normalise(ys) if checks.sphere else ys
-    result = promote_result(sol.result)
-    result = RESULTS.where(checks.overflow, RESULTS.usa_overflow, result)
-    result = RESULTS.where(checks.nonpositive_beta, RESULTS.nonpositive_beta, result)
-    result = RESULTS.where(checks.zero_token, RESULTS.zero_token, result)
-    result = RESULTS.where(checks.bad_input, RESULTS.nonfinite_argument, result)
+    result = input_result(checks, promote_result(sol.result))
     xs = jnp.where(checks.invalid, jnp.nan, xs)
     return Trajectory(
         ts=ts,
@@ -594,6 +690,7 @@ def finish_particles(checks: ParticleChecks, sol, ts) -> "Trajectory":
         **step_statistics(sol),
         sphere_deviation=jnp.where(checks.invalid, jnp.nan, deviation),
         initial_deviation=checks.initial_deviation,
+        environment=solve_environment(dtype),
     )
 
 
@@ -733,14 +830,7 @@ def simulate(
         field = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, field)
     if not builtin:
         check_flow("simulate", field, x0, jnp.asarray(t0, dtype), manifold)
-    if builtin and field.kernel == "usa" and _is_concrete(field.A) and _is_concrete(field.beta):
-        log_bound = (
-            float(abs(field.beta)) * float(np.linalg.norm(np.asarray(field.A), 2))
-            - float(field.score_shift)
-            + math.log(max(float(np.linalg.norm(np.asarray(field.V), 2)), 1.0))
-        )
-        if np.isfinite(log_bound) and log_bound > _usa_log_limit(dtype):
-            raise ValueError(usa_overflow_message("simulate", field, dtype))
+    check_usa_overflow("simulate", field, dtype)
     # BacksolveAdjoint re-solves the flow and its adjoint backwards in continuous time. It
     # cannot follow the per-step projection (a discrete map, not part of the ODE; diffrax
     # fails with a TypeError about WrapTerm). Without projection it is supported: an
