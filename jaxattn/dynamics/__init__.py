@@ -140,6 +140,9 @@ from ._regimes import (
     clustering_gap as clustering_gap,
 )
 from ._regimes import (
+    decision_margin as decision_margin,
+)
+from ._regimes import (
     default_gap_floor as default_gap_floor,
 )
 from ._regimes import (
