@@ -15,7 +15,7 @@ import jaxattn.dynamics as jd
 
 def _members():
     v12 = 1.0
-    near = v12 + np.linspace(-0.12, 0.12, 25)  # across the saddle-node v11 = v12
+    near = v12 + np.linspace(-0.02, 0.02, 21)  # across the saddle-node v11 = v12
     far = np.array([-1.5, -1.0, 1.8, 2.2])  # clearly decided, far from it
     v11 = np.concatenate([near, far])
     V = np.stack([np.asarray(jd.case4_matrices(a, v12)[1]) for a in v11])
@@ -30,8 +30,8 @@ def _run(dtype):
         V.astype(dtype),
         seeds=0,
         method="ott_antonsen",
-        t1=60.0,
-        num_save=121,
+        t1=200.0,
+        num_save=201,
         dtype=dtype,
         progress=False,
     )
@@ -46,8 +46,11 @@ def test_every_dtype_flip_is_flagged_near_boundary(pair):
     r32, r64 = pair
     flip = r32.regime != r64.regime
     flagged = r32.near_boundary | r64.near_boundary
+    # measured (t1 = 200, 201 saves): 1 of 25 members flips (v11 = 0.984, oscillation in
+    # float64, undetermined in float32: the slow orbit next to the saddle-node), and 6 of
+    # the near members are flagged; the test must see a real flip to mean anything
+    assert flip.sum() >= 1
     assert not np.any(flip & ~flagged), np.flatnonzero(flip & ~flagged)
-    # measured (t1 = 60, 121 saves): 0 of 29 flip, 2 members next to v11 = v12 flagged
     _, _, _, num_near = _members()
     assert flagged[:num_near].any() and not flagged[num_near:].any()
 
