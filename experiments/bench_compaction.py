@@ -29,6 +29,9 @@ jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
 
+# The scipy baseline is bench_sweep's, so both benchmarks time the same loop.
+from bench_sweep import _scipy_member  # noqa: E402
+
 from jaxattn.dynamics import _sweep as sw  # noqa: E402
 from jaxattn.dynamics import sample_wrapped_cauchy  # noqa: E402
 from jaxattn.dynamics._sweep import Integration, Runner, attention_members, sweep  # noqa: E402
@@ -37,22 +40,6 @@ from jaxattn.dynamics._sweep import Integration, Runner, attention_members, swee
 def _pairs(num, seed=0):
     rng = np.random.default_rng(seed)
     return rng.normal(size=(num, 2, 2)), rng.normal(size=(num, 2, 2))
-
-
-def _scipy_member(A, V, x0, t1, rtol, atol):
-    from scipy.integrate import solve_ivp
-
-    n, d = x0.shape
-
-    def rhs(t, y):
-        X = y.reshape(n, d)
-        X = X / np.linalg.norm(X, axis=1, keepdims=True)
-        M = X.T @ X
-        F = (1.0 / n) * X @ (A @ M @ V.T)
-        F = F - np.sum(F * X, axis=1, keepdims=True) * X
-        return F.ravel()
-
-    return solve_ivp(rhs, (0.0, t1), x0.ravel(), method="RK45", rtol=rtol, atol=atol)
 
 
 def _run(A, V, *, method, time_scale, runner, n, t1):
