@@ -388,3 +388,21 @@ def test_atlas_figure_failure_is_recorded_not_raised(tmp_path, monkeypatch, caps
     monkeypatch.setattr(_atlas, "run_atlas", fake_run_atlas)
     assert main(["atlas", "--quick", "--out", str(tmp_path)]) == 3
     assert f"figure not drawn: {blocked}" in capsys.readouterr().err
+
+
+def test_fresh_user_bad_inputs_are_refused_by_name():
+    """Found by a fresh-user trial: a typo'd map size filled host memory (OOM kill), and
+    `causal="yes"` / `Integration(dtype="foo")` / `near_boundary_mask("a")` were accepted or
+    failed inside NumPy."""
+    import jaxattn.dynamics as jd
+    from jaxattn.dynamics._regime_map import parse_axis
+
+    with pytest.raises(ValueError, match="at most 1000000 per axis"):
+        parse_axis("v11=-2:2:1000000000")
+    big = (("v11", np.arange(10.0**6)), ("v12", np.arange(10.0**4)))
+    with pytest.raises(ValueError, match="10000000000 cells x 8 inits need about"):
+        jd.regime_map("case4", big, inits=8)
+    with pytest.raises(ValueError, match="causal must be True or False"):
+        jd.AttentionDynamics(np.eye(2), np.eye(2), beta=1.0, causal="yes")
+    with pytest.raises(ValueError, match="'foo' is not a NumPy dtype"):
+        jd.Integration(dtype="foo")

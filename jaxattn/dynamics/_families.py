@@ -26,6 +26,7 @@ from ._vector_field import (
     NORMALISATIONS,
     _is_concrete,
     attention_drive,
+    check_causal,
     kernel_rate,
     normalised_field,
 )
@@ -155,7 +156,7 @@ class MultiHeadDynamics(eqx.Module):
         self.score_shift = jnp.asarray(score_shift, dtype)
         self.W_o = W_o
         self.kernel = kernel
-        self.causal = bool(causal)
+        self.causal = check_causal(where, causal)
         self.normalisation = normalisation
 
     @property
@@ -360,7 +361,7 @@ class TimeVaryingDynamics(eqx.Module):
         self.beta = beta
         self.score_shift = jnp.asarray(score_shift, beta.dtype)
         self.kernel = kernel
-        self.causal = bool(causal)
+        self.causal = check_causal(where, causal)
         self.normalisation = normalisation
 
     @property

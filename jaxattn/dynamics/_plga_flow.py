@@ -19,7 +19,13 @@ from .._custom_types import Tokens
 from ..plga._attention import PowerLawGraphAttention
 from ..plga._metric_learner import MetricLearner, layer_norm
 from ..sphere import normalise
-from ._vector_field import NORMALISATIONS, _is_concrete, attention_drive, normalised_field
+from ._vector_field import (
+    NORMALISATIONS,
+    _is_concrete,
+    attention_drive,
+    check_causal,
+    normalised_field,
+)
 
 __all__ = ["PLGAFlow"]
 
@@ -135,7 +141,7 @@ class PLGAFlow(eqx.Module):
         self.V = V
         self.beta = beta
         self.G = G
-        self.causal = bool(causal)
+        self.causal = check_causal(where, causal)
         self.normalisation = normalisation
 
     # -- constructors ----------------------------------------------------------------------------

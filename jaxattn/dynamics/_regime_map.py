@@ -36,6 +36,7 @@ from ._sweep import (
     _atomic_write,
     _write_json,
     attention_members,
+    available_memory,
     sweep,
 )
 from ._theory import case1_criterion, case2_criterion, case4_criterion, stated_prediction
@@ -174,10 +175,16 @@ def parse_axis(spec: str) -> tuple[str, np.ndarray]:
             raise ValueError
         if ":" in rng:
             lo, hi, num = rng.split(":")
+            if int(num) > MAX_AXIS_POINTS:
+                raise ValueError(
+                    f"axis {spec!r}: {int(num)} points; at most {MAX_AXIS_POINTS} per axis."
+                )
             values = np.linspace(float(lo), float(hi), int(num))
         else:
             values = np.array([float(v) for v in rng.split(",")])
-    except ValueError:
+    except ValueError as err:
+        if "per axis" in str(err):
+            raise
         raise ValueError(
             f"axis {spec!r}: expected NAME=LO:HI:NUM (e.g. a=-1:1:64) or NAME=V1,V2,..."
         ) from None
@@ -522,6 +529,25 @@ def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     return out
 
 
+# An axis written LO:HI:NUM has at most this many points (a typo must not fill memory).
+MAX_AXIS_POINTS = 10**6
+
+
+def _check_map_size(where, cells, inits, num_save):
+    """Refuse a map whose cells and members would not fit in host memory, before a cell is
+    built: each cell holds its parameters (about 2 KiB on the host) and each member its
+    saved series (`|R₂|` and `R₂`, 24 bytes a save) and evidence (about 1 KiB)."""
+    num_cells = math.prod(cells)
+    need = num_cells * (2048 + inits * (24 * int(num_save) + 1024))
+    free = available_memory()
+    if need > free / 2:
+        raise ValueError(
+            f"{where}: {num_cells} cells x {inits} inits need about {need / 2**30:.2f} GiB on the "
+            f"host, more than half of the {free / 2**30:.2f} GiB available; use fewer cells or "
+            "inits (or map in pieces)."
+        )
+
+
 def regime_map(
     family: str | Family | Callable[..., Any] = "case4",
     axes: Mapping[str, Any] | Sequence[Any] | str = (("v11", np.linspace(-2, 2, 16)),),
@@ -590,6 +616,8 @@ def regime_map(
         raise ValueError(f"{where}: inits must be >= 1, got {inits}.")
     base = {**defaults, **fixed}
     cells = tuple(len(v) for _, v in axes)
+    saves = num_save if integration is None else integration.num_save
+    _check_map_size(where, cells, inits, saves)
     grid = [dict(zip([n for n, _ in axes], pt)) for pt in np.ndindex(*cells)]
     points = [{k: float(axes[i][1][j]) for i, (k, j) in enumerate(g.items())} for g in grid]
     built = []

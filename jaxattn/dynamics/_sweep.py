@@ -409,7 +409,10 @@ class Integration(eqx.Module):
         self.atol = _positive(where, "atol", atol)
         self.max_steps = _count(where, "max_steps", max_steps)
         if dtype is not None:
-            dtype = np.dtype(dtype)
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError:
+                raise ValueError(f"{where}: dtype {dtype!r} is not a NumPy dtype.") from None
             if not np.issubdtype(dtype, np.floating):
                 raise ValueError(f"{where}: dtype must be a real floating dtype, got {dtype}.")
         self.dtype = dtype
@@ -1204,8 +1207,14 @@ class SweepResult:
 
         **Raises:** `ValueError` for a negative or non-finite `tol`.
         """
-        if not (np.isfinite(tol) and tol >= 0):
-            raise ValueError(f"SweepResult.near_boundary_mask: tol must be >= 0, got {tol!r}.")
+        try:
+            ok = np.isfinite(float(tol)) and float(tol) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"SweepResult.near_boundary_mask: tol must be a finite number >= 0, got {tol!r}."
+            )
         margin, _ = self.decision_margins()
         with np.errstate(invalid="ignore"):
             return np.asarray(margin < tol) | self.floor_sensitive
@@ -1476,7 +1485,19 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             f"{available_memory() / 2**30:.2f} GiB available; lower n or num_save."
         )
     max_chunk = max(ndev, int(budget // max(per_member, 1)) // ndev * ndev)
+    if runner.memory_budget is not None and per_member > runner.memory_budget:
+        warnings.warn(
+            f"sweep: memory_budget={runner.memory_budget:.0f} B is below one member's "
+            f"{per_member} B; chunks of {max_chunk} member(s) are used.",
+            stacklevel=3,
+        )
     strategy = runner.strategy
+    if strategy == "compact" and cfg.lyapunov:
+        warnings.warn(
+            "sweep: Lyapunov members (Judge(lyapunov>0)) run in lockstep; "
+            "strategy='compact' does not apply to them.",
+            stacklevel=3,
+        )
     if strategy == "auto":
         # Measured (experiments/bench_compaction.py): compaction is 1.4-3.4× faster for
         # particles and WS members, lockstep 1.7-1.9× faster for the tiny OA members.
@@ -1488,6 +1509,14 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
     # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
     steps = math.gcd(runner.segment_steps, cfg.max_steps)
+    if compact and steps < runner.segment_steps:
+        warnings.warn(
+            f"sweep: segment_steps={runner.segment_steps} does not divide max_steps="
+            f"{cfg.max_steps}; segments of {steps} steps are used instead (a member must stop "
+            "at max_steps exactly). Choose segment_steps dividing max_steps to keep longer "
+            "segments.",
+            stacklevel=3,
+        )
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     plan = dict(
         group=group,

@@ -182,6 +182,14 @@ def _asarray_warn_cast(where: str, name: str, value):
     return arr
 
 
+def check_causal(where: str, causal) -> bool:
+    """`causal` as a bool; **raises** `ValueError` naming `where` for anything but a bool
+    (`"yes"` or `2` would otherwise read as `True`)."""
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"{where}: causal must be True or False, got {causal!r}.")
+    return bool(causal)
+
+
 class AttentionDynamics(eqx.Module):
     r"""Vector field of self-attention dynamics on the unit sphere S^{d-1}.
 
@@ -263,7 +271,7 @@ class AttentionDynamics(eqx.Module):
         self.beta = jnp.asarray(beta, dtype=dtype)
         self.score_shift = jnp.asarray(score_shift, dtype=dtype)
         self.kernel = kernel
-        self.causal = bool(causal)
+        self.causal = check_causal(where, causal)
         self.normalisation = normalisation
 
     def __check_init__(self):
