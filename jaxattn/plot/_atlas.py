@@ -575,8 +575,9 @@ def plot_glm(table, path, *, threshold=0.99):
 
 def plot_flow_families(curves, plga_rows, path):
     """Flow families: left, the spread `V(t) = 1 − |mean θ|²` of each flow on log–log
-    axes with its exponential and power-law fits over the fit window (the better fit solid);
-    right, the regime fractions of the PLGA flow per layer and initial law (stacked bars).
+    axes with its exponential (dashed) and power-law (dotted) fits over the fit window, the
+    better fit bold; right, the regime fractions of the PLGA flow per layer and initial
+    law (stacked bars).
 
     **Arguments:** `curves` a list of `{"label", "ts", "spread", "fit"}` (`fit` from
     `jaxattn.dynamics.decay_fits`); `plga_rows` a list of `{"flow", "law", "fractions":
@@ -596,13 +597,16 @@ def plot_flow_families(curves, plga_rows, path):
             exp_fit = np.exp(f["exp_intercept"] - f["exp_rate"] * t)
             pow_fit = np.exp(f["power_intercept"] - f["power_exponent"] * np.log(t))
             best_exp = f["law"] == "exponential"
+            # One style per law (exponential dashed, power dotted); the better fit is bold.
             ax.loglog(
-                t, exp_fit, color=col, lw=1.0, ls="-" if best_exp else ":",
-                label=f"  exp fit λ = {f['exp_rate']:.3g} (R² {f['exp_r2']:.3f})",
+                t, exp_fit, color=col, lw=1.8 if best_exp else 0.8, ls="--",
+                label=f"  exp fit λ = {f['exp_rate']:.3g} (R² {f['exp_r2']:.3f})"
+                + (" ← better" if best_exp else ""),
             )  # fmt: skip
             ax.loglog(
-                t, pow_fit, color=col, lw=1.0, ls=":" if best_exp else "--",
-                label=f"  power fit p = {f['power_exponent']:.3g} (R² {f['power_r2']:.3f})",
+                t, pow_fit, color=col, lw=0.8 if best_exp else 1.8, ls=":",
+                label=f"  power fit p = {f['power_exponent']:.3g} (R² {f['power_r2']:.3f})"
+                + ("" if best_exp else " ← better"),
             )  # fmt: skip
     ax.axhspan(1e-12, 1e-2, color="0.9", zorder=0, label="fit window")
     ax.set_xlabel("time t")
