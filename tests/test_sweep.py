@@ -16,6 +16,7 @@ from jaxattn.dynamics import (
     AttentionDynamics,
     classify_order_parameter,
     classify_regime,
+    classify_tokens,
     regime_name,
     sample_wrapped_cauchy,
     simulate,
@@ -336,4 +337,4 @@ def test_classifiers_refuse_bad_times():
         classify_order_parameter(ts[::-1], R)
     xs = jnp.ones((20, 4, 1))
     with pytest.raises(ValueError, match="d >= 2"):
-        sw.classify_tokens(ts, xs)
+        classify_tokens(ts, xs)

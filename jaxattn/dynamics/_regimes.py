@@ -688,6 +688,119 @@ def _drift(ts, phase, start):
     return r3, _relative_change(r1, r3)
 
 
+def _token_motion(ts, xs):
+    """Mean geodesic speed of the tokens on each save interval, shape `(times − 1,)`."""
+    return jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / (ts[1:] - ts[:-1])
+
+
+def _tail_start(num_times: int, window: float) -> int:
+    """First save of the tail whose token motion gives `rotation_rate` in d = 2: the last
+    third of the save intervals from the late window on (the states before it are not read,
+    except through `R₂` and the gap)."""
+    mstart = max(_window_start(num_times, window) - 1, 0)
+    return mstart + (2 * (num_times - 1 - mstart)) // 3
+
+
+def _classify_circle(ts, R2, gap, xs_tail, *, window, cluster_tol, gap_floor, rest_tol):
+    """The d = 2 rules from the series of `R₂` and of the gap at every save time and the
+    tokens `xs_tail` (unit, shape `(times − tail, n, 2)`) at the saves from
+    `_tail_start(times, window)` on: what `classify_tokens` reads of a circle flow, so that
+    a solver that gives `R₂` without the tokens (Watanabe–Strogatz) reconstructs only the
+    tail."""
+    start = _window_start(ts.shape[0], window)
+    tail = ts.shape[0] - xs_tail.shape[0]
+    phase = jnp.unwrap(_safe_angle(R2))
+    drift_rate, drift_change = _drift(ts, phase, start)
+    # The rules read the motion of R₂ (as classify_order_parameter does): a spread
+    # configuration turning rigidly at the drift Ω (R₂ at rest inside the disc) is
+    # convergence without clustering, as in the paper; the tokens' own angular speed
+    # is kept as `rotation_rate`.
+    dR = jnp.diff(R2)
+    rule_motion = _safe_sqrt(jnp.real(dR) ** 2 + jnp.imag(dR) ** 2) / (ts[1:] - ts[:-1])
+    num, pairs = cluster_structure(xs_tail[-1], cluster_tol=cluster_tol)
+    return _decide(
+        ts=ts,
+        gap=gap,
+        motion=rule_motion,
+        drift_change=drift_change,
+        signal=jnp.real(R2),
+        final_order=_safe_sqrt(jnp.real(R2[-1]) ** 2 + jnp.imag(R2[-1]) ** 2),
+        drift_rate=drift_rate,
+        rotation_rate=jnp.mean(_token_motion(ts[tail:], xs_tail)),
+        num_clusters=num,
+        antipodal_pairs=pairs,
+        window=window,
+        gap_floor=gap_floor,
+        rest_tol=rest_tol,
+    )
+
+
+def _late_start(num_times: int, window: float, d: int) -> int:
+    """First save whose tokens `classify_tokens` reads (besides the moment `Q`, or `R₂`
+    and the gap, at every save): d = 2 the tail of `_tail_start`; d > 2 the late window
+    (the first and last thirds of its token motion give `drift_change`)."""
+    if d == 2:
+        return _tail_start(num_times, window)
+    return max(_window_start(num_times, window) - 1, 0)
+
+
+def _classify_moment(ts, Q, gap, xs_late, *, window, cluster_tol, gap_floor, rest_tol):
+    """The d > 2 rules from the moment `Q = XᵀX/n` (shape `(times, d, d)`) and the gap at
+    every save and the unit tokens `xs_late` from `_late_start(times, window, d)` on."""
+    start = _window_start(ts.shape[0], window)
+    # The tokens' angular speed on the intervals the rules read (from the late window on).
+    mw = _token_motion(ts[ts.shape[0] - xs_late.shape[0] :], xs_late)
+    m1, _, m3 = (jnp.mean(p) for p in _thirds(mw))
+    drift_change = _relative_change(m1, m3)
+    # The motion of the moment Q = XᵀX/n (√2‖dQ/dt‖_F, which is |dR₂/dt| in d = 2), and
+    # as oscillation signal the coordinate of Q along its largest excursion from the
+    # window mean: a tokens' rigid rotation that leaves Q at rest is not motion, and an
+    # orbit of Q shows up even when the clustering gap hardly changes.
+    dQ = jnp.diff(Q, axis=0)
+    rule_motion = np.sqrt(2) * _safe_sqrt(jnp.sum(dQ * dQ, axis=(-2, -1))) / (ts[1:] - ts[:-1])
+    dev = Q - jnp.mean(Q[start:], axis=0)
+    size = jnp.sum(dev * dev, axis=(-2, -1))
+    direction = dev[start + jnp.argmax(size[start:])]
+    norm = _safe_sqrt(jnp.sum(direction * direction))
+    signal = jnp.sum(dev * direction, axis=(-2, -1)) / jnp.where(norm > 0, norm, 1)
+    num, pairs = cluster_structure(xs_late[-1], cluster_tol=cluster_tol)
+    return _decide(
+        ts=ts,
+        gap=gap,
+        motion=rule_motion,
+        drift_change=drift_change,
+        signal=signal,
+        final_order=_safe_sqrt(1 - gap[-1]),
+        drift_rate=jnp.asarray(jnp.nan, gap.dtype),
+        rotation_rate=jnp.mean(_thirds(mw)[2]),
+        num_clusters=num,
+        antipodal_pairs=pairs,
+        window=window,
+        gap_floor=gap_floor,
+        rest_tol=rest_tol,
+    )
+
+
+def _token_series(x):
+    """What the rules read of unit tokens `x` (shape `(..., n, d)`) at every save: the
+    moment `Q = XᵀX/n` (shape `(..., d, d)`) and, in d = 2, `R₂ = mean e^{2iθ_k}` (shape
+    `(...)`; None for d > 2). A sweep saves these (and the late tokens) instead of every
+    token at every save."""
+    Q = _moment(x)
+    R2 = jnp.mean((x[..., 0] + 1j * x[..., 1]) ** 2, axis=-1) if x.shape[-1] == 2 else None
+    return Q, R2
+
+
+def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest_tol):
+    """`classify_tokens` from what it reads: `_token_series` at every save time `ts` and
+    the unit tokens `xs_late` at the saves from `_late_start(len(ts), window, d)` on."""
+    gap = _gap_from_moment(Q)
+    kw = dict(window=window, cluster_tol=cluster_tol, gap_floor=gap_floor, rest_tol=rest_tol)
+    if Q.shape[-1] == 2:
+        return _classify_circle(ts, R2, gap, xs_late, **kw)
+    return _classify_moment(ts, Q, gap, xs_late, **kw)
+
+
 # ----------------------------------------------------------------------------- public
 
 
@@ -975,55 +1088,14 @@ def classify_tokens(
     ts = ts.astype(xs.dtype)
     d = xs.shape[-1]
     xs = normalise(xs)
-    Q = _moment(xs)
-    gap = _gap_from_moment(Q)
-    dt = ts[1:] - ts[:-1]
-    motion = jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / dt
-    start = _window_start(ts.shape[0], window)
-    if d == 2:
-        R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)  # = mean e^{2iθ_k}
-        phase = jnp.unwrap(_safe_angle(R2))
-        drift_rate, drift_change = _drift(ts, phase, start)
-        signal = jnp.real(R2)
-        final_order = _safe_sqrt(jnp.real(R2[-1]) ** 2 + jnp.imag(R2[-1]) ** 2)
-        # The rules read the motion of R₂ (as classify_order_parameter does): a spread
-        # configuration turning rigidly at the drift Ω (R₂ at rest inside the disc) is
-        # convergence without clustering, as in the paper; the tokens' own angular speed
-        # is kept as `rotation_rate`.
-        dR = jnp.diff(R2)
-        rule_motion = _safe_sqrt(jnp.real(dR) ** 2 + jnp.imag(dR) ** 2) / dt
-    else:
-        drift_rate = jnp.asarray(jnp.nan, gap.dtype)
-        mstart = max(start - 1, 0)
-        mw = motion[mstart:]
-        m1, _, m3 = (jnp.mean(p) for p in _thirds(mw))
-        drift_change = _relative_change(m1, m3)
-        final_order = _safe_sqrt(1 - gap[-1])
-        # The motion of the moment Q = XᵀX/n (√2‖dQ/dt‖_F, which is |dR₂/dt| in d = 2), and
-        # as oscillation signal the coordinate of Q along its largest excursion from the
-        # window mean: a tokens' rigid rotation that leaves Q at rest is not motion, and an
-        # orbit of Q shows up even when the clustering gap hardly changes.
-        dQ = jnp.diff(Q, axis=0)
-        rule_motion = np.sqrt(2) * _safe_sqrt(jnp.sum(dQ * dQ, axis=(-2, -1))) / dt
-        dev = Q - jnp.mean(Q[start:], axis=0)
-        size = jnp.sum(dev * dev, axis=(-2, -1))
-        direction = dev[start + jnp.argmax(size[start:])]
-        norm = _safe_sqrt(jnp.sum(direction * direction))
-        signal = jnp.sum(dev * direction, axis=(-2, -1)) / jnp.where(norm > 0, norm, 1)
-    rotation_rate = jnp.mean(_thirds(motion[max(start - 1, 0) :])[2])
-    num, pairs = cluster_structure(xs[-1], cluster_tol=cluster_tol)
-    regime, evidence = _decide(
-        ts=ts,
-        gap=gap,
-        motion=rule_motion,
-        drift_change=drift_change,
-        signal=signal,
-        final_order=final_order,
-        drift_rate=drift_rate,
-        rotation_rate=rotation_rate,
-        num_clusters=num,
-        antipodal_pairs=pairs,
+    Q, R2 = _token_series(xs)
+    regime, evidence = _classify_series(
+        ts,
+        Q,
+        R2,
+        xs[_late_start(ts.shape[0], window, d) :],
         window=window,
+        cluster_tol=cluster_tol,
         gap_floor=gap_floor,
         rest_tol=rest_tol,
     )

@@ -136,9 +136,34 @@ class SegmentState(eqx.Module):
     done: Bool[Array, ""]
 
 
-def start_segments(problem: Problem, t0, t1, dt0, num_save: int) -> SegmentState:
+def _saves(num_or_ts, fns):
+    """Normalise one save grid (`int`/array, `fns=None`) or several (tuples) to tuples:
+    `(entries, fns, single)`."""
+    if isinstance(num_or_ts, (tuple, list)):
+        entries = tuple(num_or_ts)
+        fns = (None,) * len(entries) if fns is None else tuple(fns)
+        if len(fns) != len(entries):
+            raise ValueError(f"{len(entries)} save grids but {len(fns)} save functions.")
+        return entries, fns, False
+    if fns is not None:
+        raise ValueError("save_fns needs a tuple of save grids.")
+    return (num_or_ts,), (None,), True
+
+
+def _apply(fn, y):
+    return y if fn is None else fn(y)
+
+
+def start_segments(
+    problem: Problem, t0, t1, dt0, num_save: int | tuple[int, ...], save_fns=None
+) -> SegmentState:
     """The state of a solve that has not taken a step: what `diffeqsolve` computes before
-    its loop (the controller's first step, the solver's initial state)."""
+    its loop (the controller's first step, the solver's initial state).
+
+    `num_save` is the number of save times; or a tuple of them, one per save grid, with
+    `save_fns` a tuple of functions `y ↦ pytree` (None: `y` itself) saved on each grid
+    (then `ys` and `num_saved` are tuples too). A sweep saves on each grid only what its
+    classifier reads."""
     solver, y0 = problem.solver, problem.y0
     # What diffeqsolve hands the controller and solver: the term wrapped with the time
     # direction (diffrax then starts adaptive solves with dt = 0.01 rather than its
@@ -159,8 +184,18 @@ def start_segments(problem: Problem, t0, t1, dt0, num_save: int) -> SegmentState
     controller_state = jax.tree.map(as_array, controller_state)
     solver_state = jax.tree.map(as_array, solver_state)
     # Unreached saves stay inf, as in diffeqsolve's output buffer.
-    ys = jax.tree.map(lambda y: jnp.full((num_save,) + y.shape, jnp.inf, y.dtype), y0)
+    sizes, fns, single = _saves(num_save, save_fns)
+    ys = tuple(
+        jax.tree.map(
+            lambda y, k=k: jnp.full((k,) + y.shape, jnp.inf, y.dtype),
+            jax.eval_shape(lambda y, fn=fn: _apply(fn, y), y0),
+        )
+        for k, fn in zip(sizes, fns)
+    )
     zero = jnp.zeros((), jnp.int32)
+    num_saved = tuple(zero for _ in sizes)
+    if single:
+        ys, num_saved = ys[0], num_saved[0]
     return SegmentState(
         y=y0,
         tprev=jnp.asarray(t0),
@@ -168,7 +203,7 @@ def start_segments(problem: Problem, t0, t1, dt0, num_save: int) -> SegmentState
         controller_state=controller_state,
         made_jump=jnp.array(False),
         ys=ys,
-        num_saved=zero,
+        num_saved=num_saved,
         num_steps=zero,
         num_accepted_steps=zero,
         num_rejected_steps=zero,
@@ -178,13 +213,18 @@ def start_segments(problem: Problem, t0, t1, dt0, num_save: int) -> SegmentState
 
 
 def advance_segments(
-    problem: Problem, state: SegmentState, t1, ts, *, steps: int, max_steps: int
+    problem: Problem, state: SegmentState, t1, ts, *, steps: int, max_steps: int, save_fns=None
 ) -> SegmentState:
     """At most `steps` more steps of the solve (nothing for a solve that is `done`).
 
     The solve ends (`done`) when it reaches `t1`, fails, or has taken `max_steps` steps in
-    all (a multiple of `steps`), exactly as the whole solve with `max_steps` would.
+    all (a multiple of `steps`), exactly as the whole solve with `max_steps` would. `ts`
+    and `save_fns` as the state was started (`start_segments`): one array of save times,
+    or a tuple of them with their save functions.
     """
+    grids, fns, single = _saves(ts, save_fns)
+    old_ys = (state.ys,) if single else state.ys
+    old_saved = (state.num_saved,) if single else state.num_saved
     tprev = jnp.where(state.done, t1, state.tprev)  # a finished solve takes no step
     controller = ResumableController(
         problem.controller, jnp.asarray(t1), resume_at=state.controller_state[1]
@@ -198,7 +238,16 @@ def advance_segments(
         y0=state.y,
         args=problem.args,
         saveat=diffrax.SaveAt(
-            subs=[diffrax.SubSaveAt(ts=jnp.maximum(ts, tprev)), diffrax.SubSaveAt(t1=True)],
+            subs=[
+                *(
+                    diffrax.SubSaveAt(
+                        ts=jnp.maximum(g, tprev),
+                        **({} if fn is None else dict(fn=lambda t, y, a, fn=fn: fn(y))),
+                    )
+                    for g, fn in zip(grids, fns)
+                ),
+                diffrax.SubSaveAt(t1=True),
+            ],
             solver_state=True,
             controller_state=True,
             made_jump=True,
@@ -210,19 +259,25 @@ def advance_segments(
         max_steps=steps,
         throw=False,
     )
-    ys_seg, y_end = sol.ys
-    t_end = sol.ts[1][0]
-    # Saves made in this segment: the next ones in order, up to the time reached.
-    index = jnp.arange(ts.shape[0])
-    # A segment whose steps were all rejected saved nothing (diffrax saves after an
-    # accepted step only), not even a save time equal to its start.
-    reached = jnp.where(t_end > tprev, jnp.sum(ts <= t_end, dtype=jnp.int32), state.num_saved)
-    new = (index >= state.num_saved) & (index < reached) & ~state.done
-    ys = jax.tree.map(
-        lambda old, seg: jnp.where(new.reshape((-1,) + (1,) * (old.ndim - 1)), seg, old),
-        state.ys,
-        ys_seg,
-    )
+    *ys_segs, y_end = sol.ys
+    t_end = sol.ts[-1][0]
+    ys, num_saved = [], []
+    for g, old, saved, seg in zip(grids, old_ys, old_saved, ys_segs):
+        # Saves made in this segment: the next ones in order, up to the time reached.
+        index = jnp.arange(g.shape[0])
+        # A segment whose steps were all rejected saved nothing (diffrax saves after an
+        # accepted step only), not even a save time equal to its start.
+        reached = jnp.where(t_end > tprev, jnp.sum(g <= t_end, dtype=jnp.int32), saved)
+        new = (index >= saved) & (index < reached) & ~state.done
+        ys.append(
+            jax.tree.map(
+                lambda o, n: jnp.where(new.reshape((-1,) + (1,) * (o.ndim - 1)), n, o),
+                old,
+                seg,
+            )
+        )
+        num_saved.append(jnp.where(state.done, saved, jnp.maximum(reached, saved)))
+    ys, num_saved = (ys[0], num_saved[0]) if single else (tuple(ys), tuple(num_saved))
     keep = lambda new_x, old_x: jax.tree.map(  # noqa: E731
         lambda a, b: jnp.where(state.done, b, a), new_x, old_x
     )
@@ -239,7 +294,7 @@ def advance_segments(
         controller_state=keep(sol.controller_state, state.controller_state),
         made_jump=keep(sol.made_jump, state.made_jump),
         ys=ys,
-        num_saved=jnp.where(state.done, state.num_saved, jnp.maximum(reached, state.num_saved)),
+        num_saved=num_saved,
         num_steps=num_steps,
         num_accepted_steps=state.num_accepted_steps
         + jnp.where(state.done, 0, stats["num_accepted_steps"]),

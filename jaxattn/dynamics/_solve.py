@@ -1,8 +1,10 @@
 """The one place where `diffrax.diffeqsolve` is called for the particle flow."""
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import diffrax
 import equinox as eqx
@@ -133,6 +135,31 @@ class SphereProjection(ProjectedSolver):
 
     def project(self, y):
         return normalise(y), jnp.max(jnp.abs(safe_norm(y) - 1))
+
+
+class _TokenMajorSphereProjection(SphereProjection):
+    """`SphereProjection` of a state stored token-major, shape `(d, n)` (`_TokenMajor`)."""
+
+    def project(self, y):
+        return normalise(y.T).T, jnp.max(jnp.abs(safe_norm(y.T) - 1))
+
+
+class _TokenMajor(eqx.Module):
+    """A flow on tokens `(n, d)` integrated on the state `y = xᵀ` of shape `(d, n)`.
+
+    The same arithmetic (the field sees `yᵀ`), but XLA lays out every intermediate so
+    that each coordinate is a contiguous run of `n` numbers: for small d the field's
+    elementwise work vectorises over tokens (measured 2.3× per evaluation at d = 2,
+    n = 256 on CPU; `experiments/bench_compaction.py --layout`)."""
+
+    field: Any
+
+    @property
+    def manifold(self):
+        return getattr(self.field, "manifold", "sphere")
+
+    def __call__(self, t, y, args=None):
+        return self.field(t, y.T, args).T
 
 
 class Environment(Mapping):
@@ -323,8 +350,10 @@ def check_flow(where: str, field, x0, t0, manifold: str) -> None:
         ) from err
     shape = getattr(out, "shape", None)
     if shape != x0.shape or not jnp.issubdtype(getattr(out, "dtype", jnp.int32), jnp.floating):
-        got = f"shape {shape}, dtype {getattr(out, 'dtype', None)}" if shape is not None else (
-            type(out).__name__
+        got = (
+            f"shape {shape}, dtype {getattr(out, 'dtype', None)}"
+            if shape is not None
+            else (type(out).__name__)
         )
         raise ValueError(
             f"{where}: the flow {name} must return dx/dt of the tokens' shape {x0.shape} "
@@ -546,6 +575,7 @@ class ParticleChecks(eqx.Module):
     initial_deviation: Float[Array, ""]
     project: bool = eqx.field(static=True)
     sphere: bool = eqx.field(static=True)
+    token_major: bool = eqx.field(static=True, default=False)
 
 
 def usa_log_bound(field) -> Float[Array, ""]:
@@ -638,8 +668,21 @@ def input_result(checks: ParticleChecks, result) -> RESULTS:
     return RESULTS.where(checks.bad_input, RESULTS.nonfinite_argument, result)
 
 
-def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, ParticleChecks]:
+def token_major_pays(n: int, d: int) -> bool:
+    """Whether the particle state is integrated token-major (`_TokenMajor`): for few
+    dimensions and many tokens. Measured per field evaluation on CPU, float64 ((n, d)
+    against (d, n) time): 1.4–2.3× at n = 256, d = 2 (LSA), 1.6× at n = 1024, d = 2,
+    1.3× at n = 32, d = 3 (SA), 0.94× at n = 32, d = 2 and 0.95× at n = 32, d = 128."""
+    return n >= 64 and d <= 16
+
+
+def prepare_particles(
+    field, x0, solver, rtol, atol, project, token_major: bool = False
+) -> tuple[Problem, ParticleChecks]:
     """The particle flow's `Problem` from `x0`, with the per-member input checks.
+
+    `token_major=True` integrates the state `xᵀ` (shape `(d, n)`, `_TokenMajor`): the
+    same arithmetic, laid out for speed; `finish_particles` transposes the saves back.
 
     A rejected member (non-finite input, a zero token on the sphere, USA overflow, β ≤ 0)
     is solved with a harmless stand-in (zero field, unit tokens) so that it costs nothing
@@ -659,6 +702,17 @@ def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, 
         )
     else:
         field_run = _Guarded(field, invalid)
+    if token_major:
+        checks = dataclasses.replace(checks, token_major=True)
+        problem = Problem(
+            term=diffrax.ODETerm(_TokenMajor(field_run)),
+            solver=_TokenMajorSphereProjection(solver) if checks.project else solver,
+            y0=x_start.T,
+            args=None,
+            controller=_StallGuardPID(rtol=rtol, atol=atol),
+            save_solver_state=checks.project,
+        )
+        return problem, checks
     problem = Problem(
         term=diffrax.ODETerm(field_run),
         solver=SphereProjection(solver) if checks.project else solver,
@@ -673,7 +727,7 @@ def prepare_particles(field, x0, solver, rtol, atol, project) -> tuple[Problem, 
 def finish_particles(checks: ParticleChecks, sol, ts) -> "Trajectory":
     """The `Trajectory` of a finished solve (`diffrax.Solution` or a segmented one)."""
     dtype = ts.dtype
-    ys = sol.ys
+    ys = jnp.swapaxes(sol.ys, -1, -2) if checks.token_major else sol.ys
     if checks.project:
         deviation = sol.solver_state[1]
     elif checks.sphere:
@@ -696,7 +750,8 @@ def finish_particles(checks: ParticleChecks, sol, ts) -> "Trajectory":
 
 @eqx.filter_jit
 def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, project):
-    problem, checks = prepare_particles(field, x0, solver, rtol, atol, project)
+    major = token_major_pays(*x0.shape)
+    problem, checks = prepare_particles(field, x0, solver, rtol, atol, project, major)
     sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
     return finish_particles(checks, sol, ts)
 

@@ -22,10 +22,18 @@ that builds the four parts.
 
 Every member runs the package's own solver problem for its method (that of `simulate`,
 `solve_ott_antonsen`, `solve_watanabe_strogatz` with `throw=False`) and is classified by
-`classify_tokens` (particles, WS) or `classify_order_parameter` (OA), so a sweep member
-and a hand-made run of the same parameters agree (in float64 to rounding; in float32
-the vectorised arithmetic of a chunk may round differently from a solo run, so states
-agree to a few float32 ulps and step counts may differ by a few steps).
+the rules of `classify_tokens` (particles, WS) or `classify_order_parameter` (OA), so a
+sweep member and a hand-made run of the same parameters agree (in float64 to rounding; in
+float32 the vectorised arithmetic of a chunk may round differently from a solo run, so
+states agree to a few float32 ulps and step counts may differ by a few steps).
+
+What is computed is what the rules read. Particles: the moment `Q = XᵀX/n` (and `R₂` in
+d = 2) at every save and the tokens only from the late window's tail on (d = 2: the last
+third of its intervals; d > 2: the window), which the compact path saves instead of every
+token at every save; the particle state is integrated token-major, `(d, n)`, for small d
+(`_solve.token_major_pays`). Watanabe–Strogatz: `R₂` from the Möbius parameters at every
+save (O(n) in real arithmetic) and the tokens of the tail only. Both give the regime and
+evidence of `classify_tokens` of every token (tests: to 1e-12).
 
 Compaction (the default for particles and Watanabe–Strogatz members,
 `Runner(strategy="compact")`; Ott–Antonsen members run lockstep unless asked). A `vmap`
@@ -44,7 +52,8 @@ and regime are those of its solo run in float64 up to the rounding of a differen
 compiled program (~1e-13 on the test cases; on 512 random pairs a few sensitive members
 differed by up to 1e-8 in `R₂` and WS step counts in physical time, all regimes equal).
 `lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over devices; 1 = no
-slot ever idle). The defaults (one slot per device on CPU, `segment_steps` 32) were
+slot ever idle). The defaults (on CPU one slot per device for particles and 16 for WS,
+`segment_steps` 32) were
 measured (`Runner` docstring; `experiments/bench_compaction.py --scan`); K divides
 `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
 
@@ -96,16 +105,28 @@ from ._ott_antonsen import (
 from ._regimes import (
     REGIMES,
     RegimeEvidence,
+    _classify_circle,
+    _classify_series,
+    _gap_from_moment,
+    _late_start,
+    _tail_start,
+    _token_series,
     _window_start,
     classify_order_parameter,
-    classify_tokens,
-    clustering_gap,
     default_gap_floor,
 )
 from ._segments import advance_segments, segments_solution, start_segments
-from ._solve import RESULTS, finish_particles, memory_available, prepare_particles, simulate
+from ._solve import (
+    RESULTS,
+    finish_particles,
+    memory_available,
+    prepare_particles,
+    simulate,
+    token_major_pays,
+)
 from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics, kernel_rate
+from ._watanabe_strogatz import _points as _ws_points
 from ._watanabe_strogatz import (
     finish_watanabe_strogatz,
     prepare_watanabe_strogatz,
@@ -474,10 +495,12 @@ class Judge(eqx.Module):
         self.rest_tol = _positive(where, "rest_tol", rest_tol, allow_none=True)
 
 
-# Compaction defaults (measured: see the `Runner` docstring). `slots=None` is one slot per
-# device on CPU (measured fastest there) and `ACCELERATOR_SLOTS` on GPU/TPU (not measured).
+# Compaction defaults (measured: see the `Runner` docstring). `slots=None` is, on CPU, one
+# slot per device for particles and 16 for Watanabe–Strogatz (measured fastest there), and
+# `ACCELERATOR_SLOTS` on GPU/TPU (not measured).
 SEGMENT_STEPS = 32
 ACCELERATOR_SLOTS = 128
+CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 1}
 
 
 class Runner(eqx.Module):
@@ -495,14 +518,19 @@ class Runner(eqx.Module):
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
-      per device); `None` (default): 1 on CPU, 128 on an accelerator.
+      per device); `None` (default): on CPU 1 for particles and 16 for
+      Watanabe–Strogatz, 128 on an accelerator. WS members carry 3 real numbers per
+      save, so a wider pool spreads the per-step cost of the solver loop (measured, 256
+      random pairs, n = 256, 2 cores under load ~5: slots 1: 152, 4: 161, 16: 331,
+      64: 71 members/s, the last with efficiency 0.31 as the pool drains).
     - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used).
-      Measured on CPU (128 random pairs, d = 2, n = 256, t1 = 50, float64, physical
-      time, 2 cores under load ~7; members/s, efficiency): lockstep 16.1, 0.41; slots
-      32/K 16: 13.3, 0.73; 16/16: 16.3, 0.88; 8/32: 19.2, 0.89; 4/64: 49, 0.80; 2/32:
-      67, 0.90; 1/32: 77, 0.90; 1/64: 82, 0.80; 1/128: 82, 0.73. On CPU a vmapped
-      diffrax loop pays per member for the batched selects over its save buffer, so one
-      member per slot is fastest; K = 32 keeps the efficiency near 0.9.
+      Measured on CPU for particles (128 random pairs, d = 2, n = 256, t1 = 50, float64,
+      physical time, 2 cores under load ~7, when every token was saved; members/s,
+      efficiency): lockstep 16.1, 0.41; slots 32/K 16: 13.3, 0.73; 16/16: 16.3, 0.88;
+      8/32: 19.2, 0.89; 4/64: 49, 0.80; 2/32: 67, 0.90; 1/32: 77, 0.90; 1/64: 82, 0.80;
+      1/128: 82, 0.73. Saving only what the judge reads (module docstring), slots 1 and 4
+      run alike and 16 at half the speed (load ~5: 65, 60, 31 members/s): one member per
+      slot stays the CPU default, and K = 32 keeps the efficiency near 0.9.
     - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
       budget allows (up to 1024 members per device): the unit written to `out_dir` and
       resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
@@ -688,27 +716,42 @@ def _member_setup(flow, seed, cfg: _Config):
     return dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw
 
 
-def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype):
+def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, series=None):
     """Classify one solved member (`sol` a `Trajectory`, `OttAntonsenSolution` or
-    `WatanabeStrogatzSolution`); every output is an array with no batch axis."""
-    xs = None
+    `WatanabeStrogatzSolution`); every output is an array with no batch axis.
+
+    Particles are judged by `_classify_series` from the moment series and the late tokens
+    (`classify_tokens` of every token, computed from what it reads): `sol.xs` holds every
+    save (the whole solve) or, with `series` (the compact path's saved `_token_series`),
+    the saves from `_late_start` on."""
     if cfg.method == "ott_antonsen":
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
     elif cfg.method == "watanabe_strogatz":
-        xs = sol.points()
+        # What classify_tokens reads of the tokens, from R₂ (exact, O(n) per save) and the
+        # tokens of the tail only: reconstructing every token at every save cost more
+        # than the solve.
+        R2 = sol.order_parameter()
+        tail = _tail_start(cfg.num_save, cfg.window)
+        xs = _ws_points(sol.zeta[tail:], sol.Psi[tail:], sol.constants.psi)
+        gap = 1 - (jnp.real(R2) ** 2 + jnp.imag(R2) ** 2)
+        regime, ev = _classify_circle(ts, R2, gap, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
     else:
         xs = sol.xs
-    if xs is not None:
         if getattr(run_flow, "manifold", "sphere") == "euclidean":
             # Pre-LN and other flows off the sphere: the regime is that of the directions.
             xs = normalise(xs)
-        regime, ev = classify_tokens(ts, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
-        if cfg.d == 2:
-            R2 = jnp.mean((xs[..., 0] + 1j * xs[..., 1]) ** 2, axis=-1)
+        xs = normalise(xs)  # as classify_tokens reads them
+        if series is None:
+            Q, R2 = _token_series(xs)
+            xs = xs[_late_start(cfg.num_save, cfg.window, cfg.d) :]
         else:
+            Q, R2 = series
+        regime, ev = _classify_series(ts, Q, R2, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
+        if cfg.d != 2:
             R2 = jnp.full(ts.shape, jnp.nan, dtype) * (1 + 0j)
-    order = jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - clustering_gap(xs), 0.0, 1.0))
+            gap = _gap_from_moment(Q)
+    order = jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - gap, 0.0, 1.0))
     result = sol.result._value
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
     regime = jnp.where(failed, FAILED, regime._value)
@@ -797,7 +840,13 @@ def _member_problem(flow, seed, cfg: _Config):
         )
     else:
         problem, checks = prepare_particles(
-            run_flow, x0.astype(dtype), solver, cfg.rtol, cfg.atol, True
+            run_flow,
+            x0.astype(dtype),
+            solver,
+            cfg.rtol,
+            cfg.atol,
+            True,
+            token_major=token_major_pays(cfg.n, cfg.d),
         )
     return problem, (checks, rate, run_flow)
 
@@ -813,13 +862,25 @@ def _member_finish(state, post, cfg: _Config, dtype):
         watanabe_strogatz=finish_watanabe_strogatz,
         particles=finish_particles,
     )[cfg.method]
-    sol = finish(checks, seg, ts)
+    series = None
+    if cfg.method == "particles":
+        # The moment series at every save and the tokens from `_late_start` on.
+        (series, late_ys) = seg.ys
+        # NaN for a rejected member and for saves never reached (inf in the buffer), as
+        # the tokens of the whole solve give them.
+        series = jax.tree.map(
+            lambda q: jnp.where(checks.invalid | ~jnp.isfinite(q), jnp.nan, q), series
+        )
+        seg = eqx.tree_at(lambda sg: sg.ys, seg, late_ys)
+        sol = finish(checks, seg, ts[_late_start(cfg.num_save, cfg.window, cfg.d) :])
+    else:
+        sol = finish(checks, seg, ts)
     gap_floor = cfg.gap_floor
     if gap_floor is None:
         gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
     regime, result, failed, order, R2, evidence = _member_judge(
-        cfg, ts, sol, run_flow, rate, classify_kw, dtype
+        cfg, ts, sol, run_flow, rate, classify_kw, dtype, series
     )
     lyap = jnp.full((2,), jnp.nan, dtype)
     return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)
@@ -830,6 +891,36 @@ def _rows(mask, new, old):
     return jax.tree.map(
         lambda a, b: jnp.where(mask.reshape((-1,) + (1,) * (a.ndim - 1)), a, b), new, old
     )
+
+
+def _particle_series(sphere: bool, euclidean: bool, token_major: bool):
+    """The save function of a particle member in the compact path: what its judge reads
+    at every save (`_token_series` of the tokens as `classify_tokens` sees them:
+    `Trajectory.xs`, its directions off the sphere, normalised)."""
+
+    def fn(y):
+        x = y.T if token_major else y
+        x = normalise(x) if sphere else x
+        if euclidean:
+            x = normalise(x)
+        return _token_series(normalise(x))
+
+    return fn
+
+
+def _save_plan(cfg: _Config, ts, post):
+    """Save grids and functions of the compact path: OA and WS save their (2–3 real)
+    states at every save time (`fns = None`); particles save the moment series at every
+    save time and the tokens only from `_late_start` on, which is all their judge reads
+    (saving every token cost more than the steps: a vmapped diffrax loop selects over
+    its whole save buffer at every save)."""
+    if cfg.method != "particles":
+        return ts, None
+    checks, _, run_flow = post
+    euclidean = getattr(run_flow, "manifold", "sphere") == "euclidean"
+    late = _late_start(cfg.num_save, cfg.window, cfg.d)
+    series = _particle_series(checks.sphere, euclidean, checks.token_major)
+    return (ts, ts[late:]), (series, None)
 
 
 def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps: int):
@@ -853,21 +944,33 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
     def problem_of(d):
         return eqx.combine(d, p_static)
 
+    grids, fns = _save_plan(cfg, ts, post)
+    sizes = cfg.num_save if fns is None else tuple(g.shape[0] for g in grids)
     # The queue's start states hold one save row (the pool and the finished states hold
-    # all `num_save`): only the pool carries the saves of members in progress.
+    # all saves): only the pool carries the saves of members in progress.
+    one_row = 1 if fns is None else (1,) * len(fns)
     starts = eqx.filter_vmap(
-        lambda d: start_segments(problem_of(d), jnp.asarray(0.0, dtype), t1, None, 1)
+        lambda d: start_segments(problem_of(d), jnp.asarray(0.0, dtype), t1, None, one_row, fns)
     )(p_dyn)
     starts, s_static = eqx.partition(starts, eqx.is_array)
-    inf_rows = (
-        lambda k: jax.tree.map(  # noqa: E731
-            lambda y: jnp.full((k, cfg.num_save) + y.shape[2:], jnp.inf, y.dtype), starts.ys
-        )
-    )
+
+    def inf_rows(k):
+        def rows(size, tree):
+            return jax.tree.map(lambda y: jnp.full((k, size) + y.shape[2:], jnp.inf, y.dtype), tree)
+
+        if fns is None:
+            return rows(sizes, starts.ys)
+        return tuple(rows(size, tree) for size, tree in zip(sizes, starts.ys))
 
     def advance_one(d, st):
         st = advance_segments(
-            problem_of(d), eqx.combine(st, s_static), t1, ts, steps=steps, max_steps=cfg.max_steps
+            problem_of(d),
+            eqx.combine(st, s_static),
+            t1,
+            grids,
+            steps=steps,
+            max_steps=cfg.max_steps,
+            save_fns=fns,
         )
         return eqx.filter(st, eqx.is_array)
 
@@ -1529,7 +1632,10 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     )
     slots_per_device = runner.slots
     if slots_per_device is None:
-        slots_per_device = 1 if jax.devices()[0].platform == "cpu" else ACCELERATOR_SLOTS
+        if jax.devices()[0].platform == "cpu":
+            slots_per_device = CPU_SLOTS.get(members.method, 1)
+        else:
+            slots_per_device = ACCELERATOR_SLOTS
     if compact:
         plan["slots_per_device"] = [min(slots_per_device, s // ndev) for s in sizes]
         plan["segment_steps"] = steps
