@@ -13,9 +13,11 @@ Timings exclude compilation: every compiled shape is first built on a batch of e
 members of the same size (a warm-up), then the real batch is timed. The machine's load
 average is printed with the table (ratios, not absolutes, are the result).
 
-`--scan` also times a few (slots, segment_steps) pairs of the compacting particle sweep.
+`--scan` also times a few (slots, segment_steps) pairs of the compacting particle sweep;
+`--layout` also times the compact particle sweep with the token-row state layout `(n, d)`
+against the default token-major `(d, n)` (`_solve.token_major_pays`), same members.
 
-Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan]`.
+Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout]`.
 """
 
 import argparse
@@ -77,7 +79,15 @@ def _timed(A, V, **kw):
 
 
 def main(
-    *, quick=False, pairs=512, n=256, t1=50.0, scipy_members=24, scan=False, out_dir="bench_out"
+    *,
+    quick=False,
+    pairs=512,
+    n=256,
+    t1=50.0,
+    scipy_members=24,
+    scan=False,
+    layout=False,
+    out_dir="bench_out",
 ):
     if quick:
         pairs, n, scipy_members = 64, 32, 4
@@ -124,9 +134,7 @@ def main(
                 results[(method, ts, name)] = res
     for method in ("particles", "watanabe_strogatz", "ott_antonsen"):
         for ts in ("physical", "natural"):
-            a, b = (
-                results[(method, ts, k)] for k in ("lockstep (old default)", "compact")
-            )
+            a, b = (results[(method, ts, k)] for k in ("lockstep (old default)", "compact"))
             same = bool(np.array_equal(a.regime, b.regime))
             steps = bool(np.array_equal(a.num_steps, b.num_steps))
             err = float(np.nanmax(np.abs(a.R2 - b.R2)))
@@ -134,6 +142,27 @@ def main(
                 f"  {method} {ts}: compact vs lockstep regimes equal {same}, steps equal "
                 f"{steps}, max |ΔR2| {err:.2e}"
             )
+    if layout:
+        # Token-major particle state ((d, n): `_solve.token_major_pays`) against the
+        # token-row layout ((n, d)), both compact, same members.
+        for ts in ("physical", "natural"):
+            keep = sw.token_major_pays
+            try:
+                sw.token_major_pays = lambda n, d: False
+                s_rows, r_rows = _timed(
+                    A, V, method="particles", time_scale=ts, runner=compact, **common
+                )
+            finally:
+                sw.token_major_pays = keep
+            add(f"layout: particles, {ts}, compact, (n, d) rows", s_rows, r_rows)
+            major = results.get(("particles", ts, "compact"))
+            if major is not None:
+                print(
+                    f"  layout {ts}: (d, n) vs (n, d) regimes equal "
+                    f"{bool(np.array_equal(major.regime, r_rows.regime))}, steps equal "
+                    f"{bool(np.array_equal(major.num_steps, r_rows.num_steps))}, max |ΔR2| "
+                    f"{float(np.nanmax(np.abs(major.R2 - r_rows.R2))):.2e}"
+                )
     if scan:
         for S, K in ((32, 16), (8, 32), (4, 64), (2, 32), (1, 64)):
             r = Runner(slots=S, segment_steps=K, progress=False)
@@ -171,8 +200,9 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--scan", action="store_true")
+    p.add_argument("--layout", action="store_true")
     p.add_argument("--pairs", type=int, default=512)
     p.add_argument("--n", type=int, default=256)
     p.add_argument("--out", default="bench_out")
     a = p.parse_args()
-    main(quick=a.quick, pairs=a.pairs, n=a.n, scan=a.scan, out_dir=a.out)
+    main(quick=a.quick, pairs=a.pairs, n=a.n, scan=a.scan, layout=a.layout, out_dir=a.out)
