@@ -382,10 +382,12 @@ def _points(zeta, Psi, psi):
         inv = 1 / jnp.where(ok, size, 1)
         x = jnp.where(ok, (hc * ur - hs * ui) * inv, hc)
         y = jnp.where(ok, (hc * ui + hs * ur) * inv, hs)
-        return None, jnp.stack([x, y], axis=-1)
+        # One complex output per save (two real outputs of one loop run ~3× slower).
+        return None, jax.lax.complex(x, y)
 
     per_save = (jnp.real(zeta), jnp.imag(zeta), jnp.cos(0.5 * Psi), jnp.sin(0.5 * Psi))
-    return jax.lax.scan(one, None, per_save)[1]
+    z = jax.lax.scan(one, None, per_save)[1]
+    return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
 
 
 def _order_parameter(zeta, Psi, psi):
