@@ -147,10 +147,13 @@ class _TokenMajorSphereProjection(SphereProjection):
 class _TokenMajor(eqx.Module):
     """A flow on tokens `(n, d)` integrated on the state `y = xᵀ` of shape `(d, n)`.
 
-    The same arithmetic (the field sees `yᵀ`), but XLA lays out every intermediate so
-    that each coordinate is a contiguous run of `n` numbers: for small d the field's
-    elementwise work vectorises over tokens (measured 2.3× per evaluation at d = 2,
-    n = 256 on CPU; `experiments/bench_compaction.py --layout`)."""
+    The same arithmetic (the field sees `yᵀ`; states agree with the token-row solve to
+    ~1e-14), but XLA lays out every intermediate so that each coordinate is a contiguous
+    run of `n` numbers: for small d the field's elementwise work vectorises over tokens.
+    Measured on CPU, float64, d = 2, LSA: 1.4–2.3× per field evaluation, a whole solve
+    (t1 = 50, 201 saves) 1.34× at n = 256 and 1.46× at n = 1024; a compact sweep of 256
+    random pairs 1.17× (median of 3 interleaved rounds, load ~5;
+    `experiments/bench_compaction.py --layout`)."""
 
     field: Any
 
@@ -671,8 +674,9 @@ def input_result(checks: ParticleChecks, result) -> RESULTS:
 def token_major_pays(n: int, d: int) -> bool:
     """Whether the particle state is integrated token-major (`_TokenMajor`): for few
     dimensions and many tokens. Measured per field evaluation on CPU, float64 ((n, d)
-    against (d, n) time): 1.4–2.3× at n = 256, d = 2 (LSA), 1.6× at n = 1024, d = 2,
-    1.3× at n = 32, d = 3 (SA), 0.94× at n = 32, d = 2 and 0.95× at n = 32, d = 128."""
+    against (d, n) time): 1.4–2.3× at n = 256, d = 2 (LSA), 1.6–2.1× at n = 1024, d = 2,
+    1.2–1.5× at n = 32, d = 3 (SA), 0.9–1.3× at n = 32, d = 2 and 0.95× at n = 32,
+    d = 128."""
     return n >= 64 and d <= 16
 
 

@@ -639,6 +639,7 @@ class _Config:
     rest_tol: float | None
     lyapunov: int = 0
     lyapunov_renorm: int = 200
+    token_major: bool = False  # particle state laid out (d, n): `token_major_pays`
 
     def as_json(self) -> dict:
         out = dataclasses.asdict(self)
@@ -846,7 +847,7 @@ def _member_problem(flow, seed, cfg: _Config):
             cfg.rtol,
             cfg.atol,
             True,
-            token_major=token_major_pays(cfg.n, cfg.d),
+            token_major=cfg.token_major,
         )
     return problem, (checks, rate, run_flow)
 
@@ -1579,6 +1580,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         rest_tol=judge.rest_tol,
         lyapunov=judge.lyapunov,
         lyapunov_renorm=judge.lyapunov_renorm,
+        token_major=token_major_pays(members.n, members.d),
     )
     if judge.lyapunov and members.method == "watanabe_strogatz":
         raise ValueError(
