@@ -1,16 +1,23 @@
 """The regime atlas: sections produce the numbers they claim; the `jaxattn atlas --quick`
-command writes a complete report (slow)."""
+command writes a complete report (slow).
+
+The quick atlas (several minutes on 2 CPU cores) runs once, in one test: the command's report
+is checked as a whole and then section by section (`_check_*`) from its atlas.json, atlas.md
+and figures. One test rather than one per section sharing a fixture, because under
+`pytest -n 2` the section tests could land on both workers and each worker would run the
+atlas again (pytest-xdist's `--dist loadgroup` does not group tests under pytest 9)."""
 
 import json
 import os
 import subprocess
 import sys
+import traceback
 
 import numpy as np
 import pytest
 
 from jaxattn.dynamics import REGIMES
-from jaxattn.dynamics._atlas import load_g_lm, run_atlas
+from jaxattn.dynamics._atlas import load_g_lm
 from jaxattn.dynamics._sweep import REGIME_NAMES
 
 
@@ -43,23 +50,6 @@ def test_import_changes_no_jax_setting():
 
 
 @pytest.mark.slow
-def test_bifurcation_and_hamiltonian_sections(tmp_path):
-    rep = run_atlas(
-        quick=True, out_dir=str(tmp_path), progress=False, sections=("bifurcation", "hamiltonian")
-    )
-    folds = rep["bifurcation"]["saddle_nodes"]
-    assert [round(f["expected"]) for f in folds] == [-1, 1]
-    assert all(f["error"] < 1e-8 and f["bracket"][1] - f["bracket"][0] <= 1e-8 for f in folds)
-    osc = rep["hamiltonian"]["orbits"]["v11=0.2,v12=1.0"]
-    assert max(osc["H_relative_drift"]) < 1e-8
-    assert all(3.0 < p < 5.0 for p in osc["periods"])
-    assert all(r > 1 - 1e-6 for r in rep["hamiltonian"]["orbits"]["v11=1.0,v12=0.2"]["final_abs_R"])
-    assert rep["hamiltonian"]["case3_rotation"]["relative_error"] < 1e-5
-    for f in ("bifurcation_case4.png", "case4_phase_portrait.png"):
-        assert os.path.getsize(tmp_path / "figures" / f) > 10_000
-
-
-@pytest.mark.slow
 def test_atlas_quick_command_writes_the_report(tmp_path):
     out = subprocess.run(
         [
@@ -77,8 +67,29 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
         timeout=1500,
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "jaxattn atlas: wrote" in out.stdout and "quick mode" in out.stdout
     rep = json.loads((tmp_path / "atlas.json").read_text())
     md = (tmp_path / "atlas.md").read_text()
+    # Every check runs, and all failures are reported together (one atlas run per test run).
+    checks = (
+        _check_whole_report,
+        _check_bifurcation_and_hamiltonian_sections,
+        _check_flow_families_section,
+        _check_plga_flow_fractions_are_reproduced_by_one_member,
+        _check_trained_operator_section,
+    )
+    failures = []
+    for check in checks:
+        try:
+            check(rep, md, tmp_path)
+        except Exception as e:  # reported below, with the others
+            frames = traceback.extract_tb(e.__traceback__)
+            lines = [f.lineno for f in frames if f.filename == __file__]
+            failures.append(f"{check.__name__} (line {lines[-1]}): {type(e).__name__}: {e}")
+    assert not failures, "\n\n".join(failures)
+
+
+def _check_whole_report(rep, md, out_dir):
     sections = ("cases", "maps", "bifurcation", "hamiltonian", "high_d", "search")
     sections += ("flow_families", "trained_operator")
     for section in sections + ("multistability", "chaos"):
@@ -112,6 +123,19 @@ def test_atlas_quick_command_writes_the_report(tmp_path):
     assert rep["seconds"] > 0 and "Timings" in md
 
 
+def _check_bifurcation_and_hamiltonian_sections(rep, md, out_dir):
+    folds = rep["bifurcation"]["saddle_nodes"]
+    assert [round(f["expected"]) for f in folds] == [-1, 1]
+    assert all(f["error"] < 1e-8 and f["bracket"][1] - f["bracket"][0] <= 1e-8 for f in folds)
+    osc = rep["hamiltonian"]["orbits"]["v11=0.2,v12=1.0"]
+    assert max(osc["H_relative_drift"]) < 1e-8
+    assert all(3.0 < p < 5.0 for p in osc["periods"])
+    assert all(r > 1 - 1e-6 for r in rep["hamiltonian"]["orbits"]["v11=1.0,v12=0.2"]["final_abs_R"])
+    assert rep["hamiltonian"]["case3_rotation"]["relative_error"] < 1e-5
+    for f in ("bifurcation_case4.png", "case4_phase_portrait.png"):
+        assert os.path.getsize(out_dir / "figures" / f) > 10_000
+
+
 def test_decay_fits_recovers_exact_laws():
     from jaxattn.dynamics import decay_fits
 
@@ -123,18 +147,7 @@ def test_decay_fits_recovers_exact_laws():
     assert decay_fits(t, np.ones_like(t)) == dict(points=0)
 
 
-@pytest.fixture(scope="module")
-def new_sections(tmp_path_factory):
-    out = tmp_path_factory.mktemp("atlas_new")
-    rep = run_atlas(
-        quick=True, out_dir=str(out), progress=False, sections=("flow_families", "trained_operator")
-    )
-    return rep, out
-
-
-@pytest.mark.slow
-def test_flow_families_section(new_sections):
-    rep, out = new_sections
+def _check_flow_families_section(rep, md, out_dir):
     ff = {r["flow"]: r for r in rep["flow_families"]["rows"]}
     for x in ff["Post-LN"]["seeds"] + ff["nGPT"]["seeds"]:
         # near one cluster of softmax A = V = I the deviations decay like e^{-t}: V ~ e^{-2t}
@@ -153,8 +166,7 @@ def test_flow_families_section(new_sections):
     assert os.path.getsize(rep["flow_families"]["figure"]) > 10_000
 
 
-@pytest.mark.slow
-def test_plga_flow_fractions_are_reproduced_by_one_member(new_sections):
+def _check_plga_flow_fractions_are_reproduced_by_one_member(rep, md, out_dir):
     import jax
     import jax.numpy as jnp
 
@@ -162,7 +174,6 @@ def test_plga_flow_fractions_are_reproduced_by_one_member(new_sections):
     from jaxattn.plga import load_atlas_layer
     from jaxattn.sphere import sample_uniform
 
-    rep, _ = new_sections
     pg = rep["flow_families"]["plga"]
     assert len(pg["rows"]) == 4
     for r in pg["rows"]:
@@ -184,14 +195,12 @@ def test_plga_flow_fractions_are_reproduced_by_one_member(new_sections):
     assert int(ev.num_clusters) == row["num_clusters"][1]
 
 
-@pytest.mark.slow
-def test_trained_operator_section(new_sections):
+def _check_trained_operator_section(rep, md, out_dir):
     import equinox as eqx
     import jax.numpy as jnp
 
     from jaxattn.plga import load_atlas_layer
 
-    rep, _ = new_sections
     op = rep["trained_operator"]
     labels = [cp["label"] for cp in op["checkpoints"]]
     assert labels == ["step 0 (random init)", "step 1000 (trained)"]
