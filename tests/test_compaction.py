@@ -38,11 +38,20 @@ def _whole(problem, max_steps):
     )
 
 
+@eqx.filter_jit
+def _advance(problem, state, K, max_steps):
+    # The problem is an argument (not a constant of the program): one compilation per
+    # (problem structure, K, max_steps) serves every member of the same kind.
+    return advance_segments(problem, state, T1, TS, steps=K, max_steps=max_steps)
+
+
 def _segmented(problem, K, max_steps):
     state = start_segments(problem, 0.0, jnp.asarray(T1), None, TS.shape[0])
-    advance = jax.jit(lambda s: advance_segments(problem, s, T1, TS, steps=K, max_steps=max_steps))
+    # Strong dtypes from the start (start_segments returns a weakly typed time and step
+    # size, the advanced state does not): otherwise the second call compiles again.
+    state = jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if eqx.is_array(x) else x, state)
     for _ in range(max_steps // K + 2):
-        state = advance(state)
+        state = _advance(problem, state, K, max_steps)
         if bool(state.done):
             break
     assert bool(state.done)
