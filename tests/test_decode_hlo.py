@@ -104,5 +104,7 @@ def test_decode_step_donates_the_cache(compiled_steps):
     assert cache.is_consumed() and not branch.is_consumed()
     with pytest.raises(ValueError, match="already consumed"):
         decode_step(model, cache, 7)
+    with pytest.raises(ValueError, match="copy it before the step"):
+        cache.copy()
     lg2, _ = decode_step(model, branch, 7)
     assert jnp.array_equal(lg1, lg2)

@@ -140,3 +140,38 @@ def test_token_major_state_equals_the_token_row_state():
     assert int(r1._value) == int(r2._value)
     # The drift each step made before projection is the same in both layouts.
     np.testing.assert_allclose(major.sphere_deviation, rows.sphere_deviation, rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", ["ott_antonsen", "watanabe_strogatz", "particles"])
+def test_nonpositive_beta_fails_alone_for_every_method(method):
+    from jaxattn.dynamics._solve import RESULTS
+    from jaxattn.dynamics._sweep import sweep
+
+    A = np.broadcast_to(CASE3_A, (3, 2, 2))
+    V = np.broadcast_to(CASE3_V, (3, 2, 2))
+    res = sweep(
+        A,
+        V,
+        np.array([1.0, 0.0, -1.0]),
+        0,
+        method=method,
+        n=16,
+        t1=10.0,
+        num_save=21,
+        progress=False,
+    )
+    assert res.failed.tolist() == [False, True, True]
+    assert np.all(res.result[1:] == RESULTS.nonpositive_beta._value)
+    assert np.all(np.isfinite(res.R2[0]))
+
+
+def test_one_save_time_is_refused_by_the_solvers():
+    from jaxattn.dynamics import simulate
+
+    theta = sample_wrapped_cauchy(jax.random.key(1), 8, 0.1 + 0j)
+    x0 = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)
+    field = AttentionDynamics(jnp.eye(2), jnp.eye(2), beta=1.0)
+    with pytest.raises(ValueError, match="num_save must be >= 2"):
+        simulate(field, x0, t1=1.0, num_save=1)
+    with pytest.raises(ValueError, match="num_save must be >= 2"):
+        solve_watanabe_strogatz(jnp.eye(2), jnp.eye(2), theta, t1=1.0, num_save=1)

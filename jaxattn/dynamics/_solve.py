@@ -786,6 +786,11 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
     if max_steps is not None and int(max_steps) < 1:
         raise ValueError(f"{where}: max_steps must be >= 1, got {max_steps}.")
     if ts is None:
+        if int(num_save) < 2:
+            raise ValueError(
+                f"{where}: num_save must be >= 2 (the default grid saves t0 and t1), got "
+                f"{num_save}; pass ts=[t1] to save the final state only."
+            )
         return jnp.linspace(t0, t1, int(num_save), dtype=dtype)
     ts = jnp.asarray(ts, dtype=dtype)
     if ts.ndim != 1 or ts.shape[0] == 0:

@@ -754,6 +754,10 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
             gap = _gap_from_moment(Q)
     order = jnp.abs(R2) if cfg.d == 2 else jnp.sqrt(jnp.clip(1 - gap, 0.0, 1.0))
     result = sol.result._value
+    if cfg.method != "particles" and isinstance(run_flow, AttentionDynamics):
+        # β is an inverse temperature: refused for every method, as the particle solve
+        # refuses it (the reductions would integrate it without complaint).
+        result = jnp.where(run_flow.beta <= 0, RESULTS.nonpositive_beta._value, result)
     failed = (result != 0) | ~jnp.all(jnp.isfinite(order))
     regime = jnp.where(failed, FAILED, regime._value)
     evidence = {k: getattr(ev, k) for k in RegimeEvidence.__dataclass_fields__}

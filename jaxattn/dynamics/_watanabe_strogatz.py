@@ -359,6 +359,7 @@ class WatanabeStrogatzSolution(Solution):
         return _order_parameter(self.zeta, self.Psi, self.constants.psi)
 
 
+@jax.jit
 def _points(zeta, Psi, psi):
     """Tokens `(cos θ_k, sin θ_k)` at Möbius parameters `zeta`, `Psi` (shape `(times,)`) for
     the constants `psi` (shape `(n,)`), shape `(times, n, 2)`: `WatanabeStrogatzSolution.points`.
@@ -390,6 +391,7 @@ def _points(zeta, Psi, psi):
     return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
 
 
+@jax.jit
 def _order_parameter(zeta, Psi, psi):
     """`R₂ = (1/n) Σ_k M(e^{iψ_k})` at Möbius parameters `zeta`, `Psi` (shape `(times,)`),
     complex, shape `(times,)`: `WatanabeStrogatzSolution.order_parameter`. One save at a

@@ -61,7 +61,15 @@ class DecodeCache(eqx.Module):
 
     def copy(self) -> "DecodeCache":
         """An independent copy (new buffers): `decode_step` consumes the cache it is given, so
-        branch with `decode_step(model, cache.copy(), token)`."""
+        branch with `decode_step(model, cache.copy(), token)`.
+
+        **Raises:** `ValueError` if the cache was already consumed (copy it before the step)."""
+        if self.is_consumed():
+            raise ValueError(
+                "DecodeCache.copy: this cache was already consumed by a decode_step (its "
+                "buffers were reused for the new cache); copy it before the step, or use the "
+                "cache that step returned."
+            )
         return jax.tree.map(jnp.copy, self)
 
     def is_consumed(self) -> bool:
