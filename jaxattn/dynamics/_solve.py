@@ -706,20 +706,17 @@ def prepare_particles(
         )
     else:
         field_run = _Guarded(field, invalid)
+    projection = SphereProjection
     if token_major:
         checks = dataclasses.replace(checks, token_major=True)
-        problem = Problem(
-            term=diffrax.ODETerm(_TokenMajor(field_run)),
-            solver=_TokenMajorSphereProjection(solver) if checks.project else solver,
-            y0=x_start.T,
-            args=None,
-            controller=_StallGuardPID(rtol=rtol, atol=atol),
-            save_solver_state=checks.project,
+        field_run, x_start, projection = (
+            _TokenMajor(field_run),
+            x_start.T,
+            _TokenMajorSphereProjection,
         )
-        return problem, checks
     problem = Problem(
         term=diffrax.ODETerm(field_run),
-        solver=SphereProjection(solver) if checks.project else solver,
+        solver=projection(solver) if checks.project else solver,
         y0=x_start,
         args=None,
         controller=_StallGuardPID(rtol=rtol, atol=atol),

@@ -1413,15 +1413,7 @@ def _predicted_cost(members, flow, integration, runner):
             ),
             # Step counts do not depend on the save times (diffrax interpolates them): a
             # few saves keep the pilot's classification cheap (it was ~1/5 of a WS sweep).
-            integration=Integration(
-                integration.t1,
-                17,
-                time_scale=integration.time_scale,
-                rtol=integration.rtol,
-                atol=integration.atol,
-                max_steps=integration.max_steps,
-                dtype=integration.dtype,
-            ),
+            integration=dataclasses.replace(integration, num_save=17),
             runner=Runner(chunk_size=None, group="none", progress=False),
         )
         return pilot.num_steps.astype(float), group
