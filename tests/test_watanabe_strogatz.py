@@ -235,3 +235,26 @@ def test_bad_input():
         (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="degenerate"
     ):
         jax.jit(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts).zeta)(batch[1])
+
+
+def test_token_speeds_equal_the_motion_of_the_reconstructed_tokens(runs):
+    """`_token_speeds` (the sweep's rotation rate of WS members, from the Möbius parameters
+    only) equals `_token_motion` of the reconstructed tokens: on the solutions, and on
+    parameter paths with save steps of ΔΨ up to ±8 (token steps past π, which wrap) and
+    |ζ| up to 0.98."""
+    from jaxattn.dynamics._regimes import _token_motion
+    from jaxattn.dynamics._watanabe_strogatz import _points, _token_speeds
+
+    consts = jax.vmap(watanabe_strogatz_constants)(runs["theta0"])
+    _, zeta, Psi, _, _, _ = runs["ws"]
+    rng = np.random.default_rng(5)
+    radius = rng.uniform(0, 0.98, (SEEDS, TS.shape[0]))
+    zeta_wild = jnp.asarray(radius * np.exp(2j * np.pi * rng.uniform(size=radius.shape)))
+    Psi_wild = jnp.asarray(np.cumsum(rng.uniform(-8, 8, radius.shape), axis=1))
+    for z, P in ((zeta, Psi), (zeta_wild, Psi_wild)):
+        fast = jax.vmap(lambda z, P, psi: _token_speeds(TS, z, P, psi))(z, P, consts.psi)
+        slow = jax.vmap(lambda z, P, psi: _token_motion(TS, _points(z, P, psi)))(z, P, consts.psi)
+        assert fast.shape == (SEEDS, TS.shape[0] - 1)
+        np.testing.assert_allclose(np.asarray(fast), np.asarray(slow), rtol=1e-12, atol=1e-13)
+    # The wild path does wrap: some token steps exceed π before wrapping.
+    assert float(jnp.max(jnp.abs(jnp.diff(Psi_wild, axis=1)))) / 2 > np.pi

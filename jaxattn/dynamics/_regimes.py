@@ -701,14 +701,14 @@ def _tail_start(num_times: int, window: float) -> int:
     return mstart + (2 * (num_times - 1 - mstart)) // 3
 
 
-def _classify_circle(ts, R2, gap, xs_tail, *, window, cluster_tol, gap_floor, rest_tol):
-    """The d = 2 rules from the series of `R₂` and of the gap at every save time and the
-    tokens `xs_tail` (unit, shape `(times − tail, n, 2)`) at the saves from
-    `_tail_start(times, window)` on: what `classify_tokens` reads of a circle flow, so that
-    a solver that gives `R₂` without the tokens (Watanabe–Strogatz) reconstructs only the
-    tail."""
+def _classify_circle(ts, R2, gap, speeds, x_last, *, window, cluster_tol, gap_floor, rest_tol):
+    """The d = 2 rules from the series of `R₂` and of the gap at every save time, the
+    tokens' mean speeds `speeds` on the save intervals from `_tail_start(times, window)` on
+    (`_token_motion` of those saves, shape `(times − tail − 1,)`) and the last tokens
+    `x_last` (unit, shape `(n, 2)`): what `classify_tokens` reads of a circle flow, so that
+    a solver that gives `R₂` without the tokens (Watanabe–Strogatz) reconstructs only
+    the last ones."""
     start = _window_start(ts.shape[0], window)
-    tail = ts.shape[0] - xs_tail.shape[0]
     phase = jnp.unwrap(_safe_angle(R2))
     drift_rate, drift_change = _drift(ts, phase, start)
     # The rules read the motion of R₂ (as classify_order_parameter does): a spread
@@ -717,7 +717,7 @@ def _classify_circle(ts, R2, gap, xs_tail, *, window, cluster_tol, gap_floor, re
     # is kept as `rotation_rate`.
     dR = jnp.diff(R2)
     rule_motion = _safe_sqrt(jnp.real(dR) ** 2 + jnp.imag(dR) ** 2) / (ts[1:] - ts[:-1])
-    num, pairs = cluster_structure(xs_tail[-1], cluster_tol=cluster_tol)
+    num, pairs = cluster_structure(x_last, cluster_tol=cluster_tol)
     return _decide(
         ts=ts,
         gap=gap,
@@ -726,7 +726,7 @@ def _classify_circle(ts, R2, gap, xs_tail, *, window, cluster_tol, gap_floor, re
         signal=jnp.real(R2),
         final_order=_safe_sqrt(jnp.real(R2[-1]) ** 2 + jnp.imag(R2[-1]) ** 2),
         drift_rate=drift_rate,
-        rotation_rate=jnp.mean(_token_motion(ts[tail:], xs_tail)),
+        rotation_rate=jnp.mean(speeds),
         num_clusters=num,
         antipodal_pairs=pairs,
         window=window,
@@ -797,7 +797,8 @@ def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest
     gap = _gap_from_moment(Q)
     kw = dict(window=window, cluster_tol=cluster_tol, gap_floor=gap_floor, rest_tol=rest_tol)
     if Q.shape[-1] == 2:
-        return _classify_circle(ts, R2, gap, xs_late, **kw)
+        speeds = _token_motion(ts[ts.shape[0] - xs_late.shape[0] :], xs_late)
+        return _classify_circle(ts, R2, gap, speeds, xs_late[-1], **kw)
     return _classify_moment(ts, Q, gap, xs_late, **kw)
 
 

@@ -127,6 +127,7 @@ from ._solve import (
 from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics, kernel_rate
 from ._watanabe_strogatz import _points as _ws_points
+from ._watanabe_strogatz import _token_speeds as _ws_token_speeds
 from ._watanabe_strogatz import (
     finish_watanabe_strogatz,
     prepare_watanabe_strogatz,
@@ -541,7 +542,10 @@ class Runner(eqx.Module):
     - `group`: how members are ordered before chunking (results come back in input
       order): `"pilot"` (d = 2 LSA `AttentionDynamics`: step counts of an Ott–Antonsen
       pilot of the same members, ≈ 1000× cheaper), `"stiffness"` (`β‖A‖‖V‖`, physical
-      time), `"none"`; `"auto"` = `"pilot"` where it applies, else `"stiffness"`.
+      time), `"none"`; `"auto"` = `"pilot"` where it applies, else `"stiffness"`, except
+      for a compacting sweep on one device, which keeps the input order (its pool's
+      queue order only shapes the short drain at the end; with several devices the
+      predicted costs balance their queues).
     - `efficiency`: the predicted lockstep efficiency a chunk must reach (auto chunks).
     - `memory_budget`: bytes one chunk may use; `None` = a quarter of the memory
       available on the device (host RAM on CPU).
@@ -729,14 +733,19 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
     elif cfg.method == "watanabe_strogatz":
-        # What classify_tokens reads of the tokens, from R₂ (exact, O(n) per save) and the
-        # tokens of the tail only: reconstructing every token at every save cost more
-        # than the solve.
+        # What classify_tokens reads of the tokens, from R₂ (exact, O(n) per save), the
+        # tokens' speeds on the tail's intervals (from the Möbius parameters) and the
+        # last tokens: reconstructing tokens cost more than the solve (every save), then
+        # half of it (the tail's).
         R2 = sol.order_parameter()
         tail = _tail_start(cfg.num_save, cfg.window)
-        xs = _ws_points(sol.zeta[tail:], sol.Psi[tail:], sol.constants.psi)
+        psi = sol.constants.psi
+        speeds = _ws_token_speeds(ts[tail:], sol.zeta[tail:], sol.Psi[tail:], psi)
+        x_last = _ws_points(sol.zeta[-1:], sol.Psi[-1:], psi)[0]
         gap = 1 - (jnp.real(R2) ** 2 + jnp.imag(R2) ** 2)
-        regime, ev = _classify_circle(ts, R2, gap, xs, cluster_tol=cfg.cluster_tol, **classify_kw)
+        regime, ev = _classify_circle(
+            ts, R2, gap, speeds, x_last, cluster_tol=cfg.cluster_tol, **classify_kw
+        )
     else:
         xs = sol.xs
         if getattr(run_flow, "manifold", "sphere") == "euclidean":
@@ -1583,10 +1592,29 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             "sweep: Judge(lyapunov=k) needs method='particles' or 'ott_antonsen' (the "
             "Watanabe–Strogatz members are the particle flow: sweep them as particles)."
         )
-    cost, group = _predicted_cost(members, flow, integration, runner)
+    mesh, ndev = _devices_mesh()
+    strategy = runner.strategy
+    if strategy == "compact" and cfg.lyapunov:
+        warnings.warn(
+            "sweep: Lyapunov members (Judge(lyapunov>0)) run in lockstep; "
+            "strategy='compact' does not apply to them.",
+            stacklevel=3,
+        )
+    if strategy == "auto":
+        # Measured (experiments/bench_compaction.py): compaction is 1.4-3.4× faster for
+        # particles and WS members, lockstep 1.7-1.9× faster for the tiny OA members.
+        strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
+    compact = strategy == "compact" and not cfg.lyapunov
+    if compact and ndev == 1 and runner.group == "auto":
+        # One pool on one device: the order of its queue only shapes the short drain at
+        # the end (WS, 512 random pairs: efficiency 0.79 unordered, 0.80 ordered by the
+        # pilot), and the pilot cost ~1/7 of a WS sweep. Several devices keep it: their
+        # queues are balanced by the predicted costs.
+        cost, group = np.ones(B), "none"
+    else:
+        cost, group = _predicted_cost(members, flow, integration, runner)
     perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
-    mesh, ndev = _devices_mesh()
     per_member = member_memory(members, integration)
     budget = runner.memory_budget or 0.25 * available_memory()
     if per_member > 2 * available_memory():
@@ -1602,18 +1630,6 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             f"{per_member} B; chunks of {max_chunk} member(s) are used.",
             stacklevel=3,
         )
-    strategy = runner.strategy
-    if strategy == "compact" and cfg.lyapunov:
-        warnings.warn(
-            "sweep: Lyapunov members (Judge(lyapunov>0)) run in lockstep; "
-            "strategy='compact' does not apply to them.",
-            stacklevel=3,
-        )
-    if strategy == "auto":
-        # Measured (experiments/bench_compaction.py): compaction is 1.4-3.4× faster for
-        # particles and WS members, lockstep 1.7-1.9× faster for the tiny OA members.
-        strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
-    compact = strategy == "compact" and not cfg.lyapunov
     if compact and runner.chunk_size == "auto":
         sizes = _compact_plan(B, ndev, max_chunk)
     else:

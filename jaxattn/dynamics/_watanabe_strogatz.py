@@ -391,6 +391,42 @@ def _points(zeta, Psi, psi):
     return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
 
 
+def _token_speeds(ts, zeta, Psi, psi):
+    """Mean geodesic speed of the tokens on each save interval, shape `(times − 1,)`, from
+    the Möbius parameters `zeta`, `Psi` at the save times `ts` (shape `(times,)`) and the
+    constants `psi` (shape `(n,)`): what `_regimes._token_motion` gives of the
+    reconstructed tokens (to rounding), without reconstructing them.
+
+    With `θ_k = φ_k/2 + arg u_k`, `φ_k = Ψ + ψ_k`, `u_k = 1 + ζ e^{−iφ_k}`, the lifted step of
+    token `k` is `Δθ_k = ΔΨ/2 + arg(u_k' conj(u_k))` and its geodesic distance is `|Δθ_k|`
+    wrapped into `[0, π]`: one `atan2` per token and interval, in real arithmetic, one
+    interval at a time (as `_points`; a quarter of the cost of the tokens and their
+    distances, which were the largest part of a Watanabe–Strogatz member's
+    classification).
+    """
+    wc, ws = jnp.cos(psi), jnp.sin(psi)  # e^{−iψ} = wc − i ws
+
+    def u(z, c, s):  # 1 + ζ e^{−iφ}, with e^{−iΨ} = c − i s
+        er = c * wc - s * ws
+        ei = -(s * wc + c * ws)
+        zr, zi = jnp.real(z), jnp.imag(z)
+        return 1 + zr * er - zi * ei, zr * ei + zi * er
+
+    def one(prev, p):
+        z, c, s, half_dPsi = p
+        ur, ui = u(z, c, s)
+        pur, pui = prev
+        # arg(u' conj(u)) + ΔΨ/2, wrapped into (−π, π].
+        step = half_dPsi + jnp.arctan2(ui * pur - ur * pui, ur * pur + ui * pui)
+        step = step - 2 * jnp.pi * jnp.round(step / (2 * jnp.pi))
+        return (ur, ui), jnp.mean(jnp.abs(step))
+
+    C, S = jnp.cos(Psi), jnp.sin(Psi)
+    first = u(zeta[0], C[0], S[0])
+    _, mean_step = jax.lax.scan(one, first, (zeta[1:], C[1:], S[1:], 0.5 * jnp.diff(Psi)))
+    return mean_step / (ts[1:] - ts[:-1])
+
+
 @jax.jit
 def _order_parameter(zeta, Psi, psi):
     """`R₂ = (1/n) Σ_k M(e^{iψ_k})` at Möbius parameters `zeta`, `Psi` (shape `(times,)`),
