@@ -268,5 +268,5 @@ def test_compacted_sweep_resumes_from_out_dir(tmp_path):
     again = SweepResult.load(tmp_path)
     np.testing.assert_array_equal(again.regime, full.regime)
     # A lockstep sweep of the same members is another sweep for the folder.
-    with pytest.raises(ValueError, match="different sweep"):
+    with pytest.raises(ValueError, match="different sweep.*strategy 'compact' -> 'lockstep'"):
         sweep(SWEEP_A, SWEEP_V, 1.0, seeds, out_dir=tmp_path, strategy="lockstep", **kw)

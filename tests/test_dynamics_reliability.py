@@ -406,3 +406,29 @@ def test_fresh_user_bad_inputs_are_refused_by_name():
         jd.AttentionDynamics(np.eye(2), np.eye(2), beta=1.0, causal="yes")
     with pytest.raises(ValueError, match="'foo' is not a NumPy dtype"):
         jd.Integration(dtype="foo")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: AttentionDynamics(np.eye(2) * (1 + 1j), np.eye(2)), r"A must hold real numbers"),
+        (lambda: AttentionDynamics(np.eye(2), [["a", "b"], ["c", "d"]]), r"V must hold real"),
+        (lambda: AttentionDynamics(np.eye(2), np.eye(2), beta="1"), r"beta must hold real"),
+        (lambda: AttentionDynamics(np.eye(2), [[1.0, 2.0], [3.0]]), r"V is not an array"),
+    ],
+)
+def test_complex_and_non_numeric_weights_are_refused_by_name(call, match):
+    """Complex weights ran before (a complex 'flow' off the sphere) and strings failed
+    inside JAX; both name the argument now."""
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_watanabe_strogatz_names_a_complex_A_not_theta0():
+    from jaxattn.dynamics._watanabe_strogatz import solve_watanabe_strogatz
+
+    theta0 = np.linspace(0, 3, 8)
+    with pytest.raises(ValueError, match=r"solve_watanabe_strogatz: A must hold real numbers"):
+        solve_watanabe_strogatz(np.eye(2) * 1j, np.eye(2), theta0, t1=1.0)
+    with pytest.raises(ValueError, match=r"theta0 must hold real numbers"):
+        solve_watanabe_strogatz(np.eye(2), np.eye(2), theta0 * 1j, t1=1.0)

@@ -220,7 +220,7 @@ def test_interrupted_sweep_resumes_and_loses_nothing(tmp_path):
     for k in ("final_order", "period", "num_clusters"):
         np.testing.assert_array_equal(res.evidence[k], full.evidence[k])
     # A different sweep in the same folder is refused.
-    with pytest.raises(ValueError, match="different sweep"):
+    with pytest.raises(ValueError, match="different sweep .same settings, other members"):
         sweep(A, V, 2.0, np.arange(6), out_dir=tmp_path, **kw)
 
 
@@ -338,3 +338,22 @@ def test_classifiers_refuse_bad_times():
     xs = jnp.ones((20, 4, 1))
     with pytest.raises(ValueError, match="d >= 2"):
         classify_tokens(ts, xs)
+
+
+def test_float64_members_cast_to_the_default_float32_are_named():
+    """With 64-bit floats off, the sweep's default dtype is float32: a float64 `A` whose
+    entries change in the cast is named in a warning (how many changed); exactly
+    representable entries, or a dtype the user asked for, cast silently."""
+    A = np.stack([np.eye(2) + 1e-9, np.eye(2)])  # 1e-9 and 1 + 1e-9 are not float32s
+    V = np.stack([np.eye(2), np.eye(2)])  # exact in float32
+    flow = sw.attention_members(A, V, 1.0, 0, n=4).flow
+    with pytest.warns(UserWarning, match=r"\.A \(4 of 8\).*float32"):
+        cast = sw._cast_flow(flow, np.float32, warn_narrowing=True)
+    assert cast.A.dtype == np.float32 and np.array_equal(cast.V, V)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sw._cast_flow(flow, np.float32, warn_narrowing=False)  # asked for: no warning
+        exact = sw.attention_members(V, V, 1.0, 0, n=4).flow
+        sw._cast_flow(exact, np.float32, warn_narrowing=True)

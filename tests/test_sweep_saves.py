@@ -31,7 +31,7 @@ from jaxattn.dynamics._regimes import (
 )
 from jaxattn.dynamics._segments import advance_segments, solve_problem, start_segments
 from jaxattn.dynamics._solve import finish_particles, prepare_particles
-from jaxattn.dynamics._watanabe_strogatz import _points
+from jaxattn.dynamics._watanabe_strogatz import _points, _token_speeds
 from jaxattn.sphere import normalise, sample_uniform
 
 T1 = 20.0
@@ -108,8 +108,11 @@ def test_watanabe_strogatz_judge_equals_classify_tokens_of_the_points():
     tail = _tail_start(TS.shape[0], KW["window"])
     xs = _points(sol.zeta[tail:], sol.Psi[tail:], sol.constants.psi)
     np.testing.assert_allclose(xs, sol.points()[tail:], rtol=0, atol=1e-15)
+    # The sweep's judge: the tokens' speeds on the tail from the Möbius parameters, the
+    # last tokens only.
+    speeds = _token_speeds(TS[tail:], sol.zeta[tail:], sol.Psi[tail:], sol.constants.psi)
     gap = 1 - jnp.abs(R2) ** 2
-    regime2, ev2 = _classify_circle(TS, R2, gap, xs, **KW)
+    regime2, ev2 = _classify_circle(TS, R2, gap, speeds, xs[-1], **KW)
     assert int(regime._value) == int(regime2._value)
     # The gap from R₂ and from the moment of the tokens agree to rounding (1e-15 here);
     # the rest of the evidence is identical up to it.

@@ -1,6 +1,7 @@
 """d = 2: tokens as angles, order parameters and the Kuramoto–Daido form of the flow."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float
@@ -21,11 +22,24 @@ __all__ = [
 ]
 
 
+def _real_array(where: str, name: str, x):
+    """`x` as a JAX array of real numbers, or a `ValueError` naming it (complex numbers,
+    strings and objects are refused here rather than deep inside JAX)."""
+    if not isinstance(x, jax.Array):
+        try:
+            x = np.asarray(x)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
+    if np.dtype(x.dtype).kind not in "biuf":
+        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {x.dtype}.")
+    return jnp.asarray(x)
+
+
 def _check_2x2(where: str, **mats):
     """Shape checks (and, for concrete values, finiteness) of named 2×2 matrices."""
     out = []
     for name, m in mats.items():
-        m = jnp.asarray(m)
+        m = _real_array(where, name, m)
         if m.shape != (2, 2):
             raise ValueError(f"{where}: {name} must be a 2×2 matrix (d = 2), got shape {m.shape}.")
         if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
@@ -37,7 +51,7 @@ def _check_2x2(where: str, **mats):
 
 
 def _check_scalar(where: str, name: str, x, *, positive: bool = False):
-    x = jnp.asarray(x)
+    x = _real_array(where, name, x)
     if x.ndim != 0:
         raise ValueError(f"{where}: {name} must be a scalar, got shape {x.shape}.")
     if _is_concrete(x):
@@ -48,7 +62,7 @@ def _check_scalar(where: str, name: str, x, *, positive: bool = False):
 
 
 def _check_angles(where: str, name: str, theta, *, min_n: int = 1):
-    theta = jnp.asarray(theta)
+    theta = _real_array(where, name, theta)
     if theta.ndim != 1:
         raise ValueError(
             f"{where}: {name} must be a 1-d array of angles of shape (n,), got shape {theta.shape}."

@@ -511,9 +511,10 @@ class Runner(eqx.Module):
 
     - `strategy`: `"auto"` (default): `"compact"` for particles and Watanabe–Strogatz
       members, `"lockstep"` for Ott–Antonsen members (2 real ODEs: the pool's bookkeeping
-      costs more than the lockstep waste; measured 1657 against 3102 members/s on the
-      512 pairs of `experiments/bench_compaction.py`). `"compact"`: each device steps a
-      pool of `slots` members
+      costs about what the lockstep waste costs; on the 512 pairs of
+      `experiments/bench_compaction.py`, one pinned core, compact against lockstep:
+      2054 vs 1712 members/s in physical time, 2483 vs 3614 in natural time, the
+      default). `"compact"`: each device steps a pool of `slots` members
       `segment_steps` steps at a time and refills finished (or failed) members' slots
       from its queue, so no member waits for another (module docstring); `"lockstep"`:
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
@@ -1520,20 +1521,58 @@ def _flow_params(dynamic, batched, B) -> dict:
     return out
 
 
-def _cast_flow(flow, dtype):
-    """The flow with its floating array leaves cast to `dtype`, as host arrays."""
+def _cast_flow(flow, dtype, *, warn_narrowing=False):
+    """The flow with its floating array leaves cast to `dtype`, as host arrays.
 
-    def cast(x):
+    With `warn_narrowing` (the dtype was not asked for: JAX's default float, float32 when
+    64-bit floats are off), a leaf whose values change in the cast is named in a warning
+    (a float64 sweep silently run in float32 loses perturbations below ~1e-7)."""
+    narrowed = []
+
+    def cast(path, x):
         if eqx.is_array(x) or isinstance(x, np.ndarray):
             x = np.asarray(x)
             if np.issubdtype(x.dtype, np.floating):
-                return x.astype(dtype)
+                y = x.astype(dtype)
+                if warn_narrowing and x.dtype.itemsize > y.dtype.itemsize:
+                    changed = (y.astype(x.dtype) != x) & ~np.isnan(x)
+                    if changed.any():
+                        name = jax.tree_util.keystr(path)
+                        narrowed.append(f"{name} ({int(changed.sum())} of {x.size})")
+                return y
         return x
 
-    return jax.tree_util.tree_map(cast, flow)
+    out = jax.tree_util.tree_map_with_path(cast, flow)
+    if narrowed:
+        warnings.warn(
+            f"sweep: the members' {', '.join(narrowed)} entries changed when cast to "
+            f"{np.dtype(dtype).name}, JAX's default float (64-bit floats are disabled). "
+            "Enable float64 (jax.config.update('jax_enable_x64', True)) or pass "
+            "Integration(dtype=...) to choose the precision and silence this.",
+            UserWarning,
+            stacklevel=4,
+        )
+    return out
 
 
-def _check_manifest(out_dir, fingerprint, resume):
+def _manifest_differences(old: dict, new: dict) -> list[str]:
+    """The settings in which a folder's manifest differs from this sweep's (by name)."""
+    diff = []
+    for key in ("num_members", "shape", "flow", "dtype", "chunk_sizes"):
+        if old.get(key) != new.get(key):
+            diff.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+    old_plan, new_plan = old.get("plan") or {}, new.get("plan") or {}
+    for key in ("strategy", "group"):
+        if old_plan.get(key) != new_plan.get(key):
+            diff.append(f"{key} {old_plan.get(key)!r} -> {new_plan.get(key)!r}")
+    old_cfg, new_cfg = old.get("config") or {}, new.get("config") or {}
+    for key in sorted(set(old_cfg) | set(new_cfg)):
+        if old_cfg.get(key) != new_cfg.get(key):
+            diff.append(f"{key} {old_cfg.get(key)!r} -> {new_cfg.get(key)!r}")
+    return diff
+
+
+def _check_manifest(out_dir, fingerprint, resume, manifest=None):
     manifest_path = os.path.join(out_dir, "manifest.json")
     if not os.path.exists(manifest_path):
         return
@@ -1548,9 +1587,15 @@ def _check_manifest(out_dir, fingerprint, resume):
             "resume=False to overwrite the folder."
         ) from None
     if old.get("fingerprint") != fingerprint and resume:
+        diff = _manifest_differences(old, manifest or {})
+        what = (
+            "; ".join(diff)
+            if diff
+            else "same settings, other members: their parameters, seeds or order differ"
+        )
         raise ValueError(
-            f"sweep: out_dir {out_dir!r} holds a different sweep (fingerprint "
-            "mismatch); pass a new out_dir or resume=False to overwrite."
+            f"sweep: out_dir {out_dir!r} holds a different sweep ({what}); pass a new "
+            "out_dir or resume=False to overwrite."
         )
     if not resume:
         for fname in os.listdir(out_dir):
@@ -1565,7 +1610,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     except ValueError as err:
         raise ValueError(f"sweep: {err}") from None
     B = members.size
-    flow = _cast_flow(members.flow, dtype)
+    flow = _cast_flow(members.flow, dtype, warn_narrowing=integration.dtype is None)
     dynamic, static = eqx.partition(flow, eqx.is_array_like)
     cfg = _Config(
         method=members.method,
@@ -1601,8 +1646,9 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             stacklevel=3,
         )
     if strategy == "auto":
-        # Measured (experiments/bench_compaction.py): compaction is 1.4-3.4× faster for
-        # particles and WS members, lockstep 1.7-1.9× faster for the tiny OA members.
+        # Measured (experiments/bench_compaction.py, 512 pairs, one pinned core):
+        # compaction is 4.0-5.1× faster for particles and 1.1-1.6× for WS members; for
+        # the tiny OA members lockstep is 1.46× faster in natural time (0.83× physical).
         strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
     compact = strategy == "compact" and not cfg.lyapunov
     if compact and ndev == 1 and runner.group == "auto":
@@ -1683,24 +1729,26 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     environment = environment_record(dtype)
     writer = jax.process_index() == 0
     out_dir = runner.out_dir
+    manifest = dict(
+        fingerprint=fingerprint,
+        num_members=B,
+        shape=list(members.shape),
+        flow=type(flow).__qualname__,
+        batched=members.batched,
+        chunk_sizes=plan["chunk_sizes"],
+        num_chunks=len(sizes),
+        plan=plan,
+        config=cfg.as_json(),
+        dtype=dtype.name,
+        environment=environment,
+        regime_names=list(REGIME_NAMES),
+    )
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
-        _check_manifest(out_dir, fingerprint, runner.resume)
+        # Compared as JSON reads it back (tuples become lists).
+        as_read = json.loads(json.dumps(manifest, default=_json_default))
+        _check_manifest(out_dir, fingerprint, runner.resume, as_read)
         if writer:
-            manifest = dict(
-                fingerprint=fingerprint,
-                num_members=B,
-                shape=list(members.shape),
-                flow=type(flow).__qualname__,
-                batched=members.batched,
-                chunk_sizes=plan["chunk_sizes"],
-                num_chunks=len(sizes),
-                plan=plan,
-                config=cfg.as_json(),
-                dtype=dtype.name,
-                environment=environment,
-                regime_names=list(REGIME_NAMES),
-            )
             _atomic_write(
                 os.path.join(out_dir, "members.npz"),
                 lambda p: _write_npz(

@@ -23,6 +23,7 @@ import warnings
 from typing import Literal
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -150,7 +151,21 @@ def _asarray_warn_cast(where: str, name: str, value):
     The warning names the argument, how many entries changed and the largest relative change
     (an entry that becomes zero or infinite counts as a relative change of 1 or inf): e.g.
     `A = I + 1e-12 E` in float32 is `I`, the perturbation is gone.
+
+    **Raises:** `ValueError` naming the argument if it is not an array of real numbers
+    (complex, strings, objects).
     """
+    if isinstance(value, jax.Array):
+        dtype = np.dtype(value.dtype)
+    else:
+        try:
+            dtype = np.asarray(value).dtype
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
+    if dtype.kind not in "biuf":
+        # Complex weights, strings and objects: refused here, not deep inside JAX (a
+        # complex A would run and give a complex "flow" off the sphere).
+        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {dtype}.")
     arr = jnp.asarray(value)
     src = getattr(value, "dtype", None)
     if src is None or not _is_concrete(value):
