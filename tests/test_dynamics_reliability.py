@@ -412,8 +412,8 @@ def test_fresh_user_bad_inputs_are_refused_by_name():
     "call, match",
     [
         (lambda: AttentionDynamics(np.eye(2) * (1 + 1j), np.eye(2)), r"A must hold real numbers"),
-        (lambda: AttentionDynamics(np.eye(2), [["a", "b"], ["c", "d"]]), r"V must hold real"),
-        (lambda: AttentionDynamics(np.eye(2), np.eye(2), beta="1"), r"beta must hold real"),
+        (lambda: AttentionDynamics(np.eye(2), [["a", "b"], ["c", "d"]]), r"V is not an array"),
+        (lambda: AttentionDynamics(np.eye(2), np.eye(2), beta="1"), r"beta is not an array"),
         (lambda: AttentionDynamics(np.eye(2), [[1.0, 2.0], [3.0]]), r"V is not an array"),
     ],
 )

@@ -27,7 +27,7 @@ def _real_array(where: str, name: str, x):
     strings and objects are refused here rather than deep inside JAX)."""
     if not isinstance(x, jax.Array):
         try:
-            x = np.asarray(x)
+            x = jnp.asarray(x)  # lists of traced numbers included
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
     if np.dtype(x.dtype).kind not in "biuf":

@@ -159,7 +159,7 @@ def _asarray_warn_cast(where: str, name: str, value):
         dtype = np.dtype(value.dtype)
     else:
         try:
-            dtype = np.asarray(value).dtype
+            dtype = np.dtype(jnp.asarray(value).dtype)  # lists of traced numbers included
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
     if dtype.kind not in "biuf":
