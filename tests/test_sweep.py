@@ -357,3 +357,26 @@ def test_float64_members_cast_to_the_default_float32_are_named():
         sw._cast_flow(flow, np.float32, warn_narrowing=False)  # asked for: no warning
         exact = sw.attention_members(V, V, 1.0, 0, n=4).flow
         sw._cast_flow(exact, np.float32, warn_narrowing=True)
+
+
+def test_float64_sweep_without_64_bit_floats_warns_and_records_float32():
+    """With 64-bit floats off (JAX's default), `dtype=float64` runs in float32: it used to
+    record float64; now it warns and the result records what was computed."""
+    code = textwrap.dedent(
+        """
+        import warnings
+        import numpy as np
+        import jaxattn.dynamics as jd
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            r = jd.sweep(np.eye(2), np.eye(2), 1.0, 0, method="ott_antonsen", t1=1.0,
+                         num_save=21, dtype=np.float64, progress=False)
+        print("warned:", [str(w.message) for w in caught if "64-bit" in str(w.message)])
+        print("recorded:", r.environment["dtype"], r.R2.dtype)
+        """
+    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("JAX_ENABLE_X64", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "sweep: dtype float64 needs 64-bit floats" in out.stdout, out.stderr[-2000:]
+    assert "recorded: float32 complex64" in out.stdout, out.stdout

@@ -1605,6 +1605,18 @@ def _check_manifest(out_dir, fingerprint, resume, manifest=None):
 
 def _run(members: Members, integration: Integration, judge: Judge, runner: Runner):
     dtype = integration.resolved_dtype()
+    widest = np.dtype(jnp.result_type(float))
+    if dtype.itemsize > widest.itemsize:
+        # JAX computes in `widest`: say so, and record what was computed (the result used to
+        # record `dtype`).
+        warnings.warn(
+            f"sweep: dtype {dtype.name} needs 64-bit floats, which are disabled in JAX; the "
+            f"sweep runs in {widest.name} (jax.config.update('jax_enable_x64', True) first "
+            "for float64).",
+            UserWarning,
+            stacklevel=3,
+        )
+        dtype = widest
     try:
         _window_start(integration.num_save, judge.window)
     except ValueError as err:
