@@ -1,13 +1,12 @@
 """d = 2: tokens as angles, order parameters and the Kuramoto–Daido form of the flow."""
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float
 
 from .._custom_types import Angles, Matrix
-from ._vector_field import _is_concrete
+from ._vector_field import _is_concrete, _real_array
 
 __all__ = [
     "angles_from_tokens",
@@ -20,19 +19,6 @@ __all__ = [
     "angular_velocity",
     "KuramotoDaido",
 ]
-
-
-def _real_array(where: str, name: str, x):
-    """`x` as a JAX array of real numbers, or a `ValueError` naming it (complex numbers,
-    strings and objects are refused here rather than deep inside JAX)."""
-    if not isinstance(x, jax.Array):
-        try:
-            x = jnp.asarray(x)  # lists of traced numbers included
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
-    if np.dtype(x.dtype).kind not in "biuf":
-        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {x.dtype}.")
-    return jnp.asarray(x)
 
 
 def _check_2x2(where: str, **mats):

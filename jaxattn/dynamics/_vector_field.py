@@ -144,6 +144,20 @@ def _is_concrete(x) -> bool:
     return True
 
 
+def _real_array(where: str, name: str, x):
+    """`x` as a JAX array of real numbers, or a `ValueError` naming it: complex weights,
+    strings and objects are refused here, not deep inside JAX (a complex A would run and
+    give a complex "flow" off the sphere)."""
+    if not isinstance(x, jax.Array):
+        try:
+            x = jnp.asarray(x)  # lists of traced numbers included
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
+    if np.dtype(x.dtype).kind not in "biuf":
+        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {x.dtype}.")
+    return x
+
+
 def _asarray_warn_cast(where: str, name: str, value):
     """`jnp.asarray(value)`, with a `UserWarning` when a concrete input of a wider float type
     (float64 while JAX runs in float32) is cast down and an entry changes.
@@ -155,18 +169,7 @@ def _asarray_warn_cast(where: str, name: str, value):
     **Raises:** `ValueError` naming the argument if it is not an array of real numbers
     (complex, strings, objects).
     """
-    if isinstance(value, jax.Array):
-        dtype = np.dtype(value.dtype)
-    else:
-        try:
-            dtype = np.dtype(jnp.asarray(value).dtype)  # lists of traced numbers included
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
-    if dtype.kind not in "biuf":
-        # Complex weights, strings and objects: refused here, not deep inside JAX (a
-        # complex A would run and give a complex "flow" off the sphere).
-        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {dtype}.")
-    arr = jnp.asarray(value)
+    arr = _real_array(where, name, value)
     src = getattr(value, "dtype", None)
     if src is None or not _is_concrete(value):
         return arr
