@@ -47,14 +47,15 @@ def register(subparsers) -> None:
         dest="A_file",
         default=None,
         metavar="FILE",
-        help="A as a JSON nested list or an .npz/.npy file (key 'A' or its only array)",
+        help="A as a JSON nested list or an .npz/.npy file (key 'A' or its only array): a "
+        "square d×d matrix of finite real numbers, d >= 2 (read without unpickling)",
     )
     p.add_argument(
         "--V",
         dest="V_file",
         default=None,
         metavar="FILE",
-        help="V, same formats (default: the preset's V, or I with --A)",
+        help="V, same formats and checks (default: the preset's V, or I with --A)",
     )
     p.add_argument(
         "--beta", type=float, default=None, help="inverse temperature (default: preset's, 1)"
@@ -120,34 +121,60 @@ def check_backend(command: str) -> None:
 
 
 def _load_matrix(path: str, name: str) -> np.ndarray:
-    f = Path(path)
+    """The matrix given to the flag `--{name}`: a JSON nested list of real numbers, an
+    `.npy` array or an `.npz` archive (the array named `name`, or its only array), read
+    without unpickling (`allow_pickle=False`), as a float64 square d×d array, d >= 2.
+
+    **Raises:** `FileNotFoundError` or `ValueError` naming the flag and the file when the
+    file is missing, unreadable or corrupt (truncated, not the format of its suffix), or
+    holds something other than a finite real square matrix (complex numbers, strings,
+    objects, NaN or inf, a wrong shape).
+    """
+    flag, f = f"--{name}", Path(path)
     if not f.exists():
-        raise FileNotFoundError(f"--{name}: no such file: {path}")
+        raise FileNotFoundError(f"{flag}: no such file: {path}")
+    suffix = f.suffix.lower()
+    if suffix not in (".json", ".npy", ".npz"):
+        raise ValueError(f"{flag}: {path} must be .json, .npy or .npz.")
+    keys = None
     try:
-        if f.suffix == ".json":
-            M = np.asarray(json.loads(f.read_text()), dtype=np.float64)
-        elif f.suffix == ".npy":
-            M = np.load(f)
-        elif f.suffix == ".npz":
-            with np.load(f) as z:
-                keys = list(z.keys())
-                if name in keys:
-                    M = z[name]
-                elif len(keys) == 1:
-                    M = z[keys[0]]
-                else:
-                    raise ValueError(f"--{name}: {path} holds {keys}; name the array '{name}'.")
+        if suffix == ".json":
+            M = np.asarray(json.loads(f.read_text(encoding="utf-8")))
         else:
-            raise ValueError(f"--{name}: {path} must be .json, .npy or .npz.")
-    except (json.JSONDecodeError, TypeError, ValueError, OSError) as err:
-        if str(err).startswith(f"--{name}"):
-            raise
-        raise ValueError(f"--{name}: cannot read a matrix from {path} ({err}).") from None
-    M = np.asarray(M, dtype=np.float64)
+            # our own handle: np.load leaves its file open when the zip is corrupt
+            with open(f, "rb") as fh:
+                loaded = np.load(fh, allow_pickle=False)  # .npy or .npz, told by content
+                if isinstance(loaded, np.lib.npyio.NpzFile):
+                    with loaded as z:
+                        keys = list(z.keys())
+                        key = name if name in keys else keys[0] if len(keys) == 1 else None
+                        M = None if key is None else np.asarray(z[key])
+                else:
+                    M = np.asarray(loaded)
+    except Exception as err:  # noqa: BLE001
+        # Parsing untrusted bytes: json, zipfile, zlib and NumPy's header reader raise a
+        # dozen unrelated types on a truncated or corrupt file (BadZipFile, EOFError,
+        # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
+        why = " ".join(f"{type(err).__name__}: {err}".split())[:300]  # one line
+        raise ValueError(f"{flag}: cannot read a matrix from {path} ({why}).") from None
+    if M is None:
+        held = f"holds {keys}" if keys else "holds no arrays"
+        raise ValueError(f"{flag}: {path} {held}; name the array '{name}'.")
+    if M.dtype.kind == "c":
+        raise ValueError(
+            f"{flag}: {path} holds complex numbers (dtype {M.dtype}); {name} must be real."
+        )
+    if M.dtype.kind not in "biuf":
+        raise ValueError(
+            f"{flag}: {path} does not hold an array of real numbers (dtype {M.dtype})."
+        )
+    M = M.astype(np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
-        raise ValueError(f"--{name}: must be a square d×d matrix with d >= 2, got shape {M.shape}.")
+        raise ValueError(
+            f"{flag}: {path} must hold a square d×d matrix with d >= 2, got shape {M.shape}."
+        )
     if not np.all(np.isfinite(M)):
-        raise ValueError(f"--{name}: has non-finite entries (NaN or inf).")
+        raise ValueError(f"{flag}: {path} has non-finite entries (NaN or inf).")
     return M
 
 
