@@ -125,7 +125,7 @@ from ._solve import (
     token_major_pays,
 )
 from ._solve import environment_record as _solve_environment
-from ._vector_field import AttentionDynamics, kernel_rate
+from ._vector_field import AttentionDynamics, kernel_rate, narrowing
 from ._watanabe_strogatz import _points as _ws_points
 from ._watanabe_strogatz import _token_speeds as _ws_token_speeds
 from ._watanabe_strogatz import (
@@ -1521,37 +1521,42 @@ def _flow_params(dynamic, batched, B) -> dict:
     return out
 
 
+def _warn_narrowed(narrowed: list[str], dtype, *, advice: str, stacklevel: int):
+    """The sweeps' warning for parameters changed by the cast to JAX's default float
+    (`narrowed`: `"name (k of N)"` per parameter, from `_vector_field.narrowing`)."""
+    warnings.warn(
+        f"sweep: the members' {', '.join(narrowed)} entries changed when cast to "
+        f"{np.dtype(dtype).name}, JAX's default float (64-bit floats are disabled). "
+        f"Enable float64 (jax.config.update('jax_enable_x64', True)) or pass {advice} to "
+        "choose the precision and silence this.",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 def _cast_flow(flow, dtype, *, warn_narrowing=False):
     """The flow with its floating array leaves cast to `dtype`, as host arrays.
 
     With `warn_narrowing` (the dtype was not asked for: JAX's default float, float32 when
     64-bit floats are off), a leaf whose values change in the cast is named in a warning
-    (a float64 sweep silently run in float32 loses perturbations below ~1e-7)."""
+    (a float64 sweep silently run in float32 loses perturbations below ~1e-7); the check is
+    `_vector_field.narrowing`, the one `AttentionDynamics` uses."""
     narrowed = []
 
     def cast(path, x):
         if eqx.is_array(x) or isinstance(x, np.ndarray):
             x = np.asarray(x)
             if np.issubdtype(x.dtype, np.floating):
-                y = x.astype(dtype)
-                if warn_narrowing and x.dtype.itemsize > y.dtype.itemsize:
-                    changed = (y.astype(x.dtype) != x) & ~np.isnan(x)
-                    if changed.any():
-                        name = jax.tree_util.keystr(path)
-                        narrowed.append(f"{name} ({int(changed.sum())} of {x.size})")
-                return y
+                lost = narrowing(x, dtype) if warn_narrowing else None
+                if lost is not None:
+                    name = jax.tree_util.keystr(path)
+                    narrowed.append(f"{name} ({lost.changed} of {lost.size})")
+                return x.astype(dtype, copy=False)
         return x
 
     out = jax.tree_util.tree_map_with_path(cast, flow)
     if narrowed:
-        warnings.warn(
-            f"sweep: the members' {', '.join(narrowed)} entries changed when cast to "
-            f"{np.dtype(dtype).name}, JAX's default float (64-bit floats are disabled). "
-            "Enable float64 (jax.config.update('jax_enable_x64', True)) or pass "
-            "Integration(dtype=...) to choose the precision and silence this.",
-            UserWarning,
-            stacklevel=4,
-        )
+        _warn_narrowed(narrowed, dtype, advice="Integration(dtype=...)", stacklevel=4)
     return out
 
 
@@ -2133,6 +2138,8 @@ def attention_members(
     **Raises:** `ValueError` for non-real or non-square matrices, sizes that disagree, an
     empty batch, an unknown kernel or batching.
     """
+    # Where a warning points: the caller of `attention_members` (`sweep` passes its own).
+    stacklevel = members_kw.pop("_stacklevel", 2)
     if kernel not in ("lsa", "usa", "sa"):
         raise ValueError(f"sweep: kernel must be 'lsa', 'usa' or 'sa', got {kernel!r}.")
     if batching not in ("cartesian", "flat"):
@@ -2176,9 +2183,20 @@ def attention_members(
             ar if m > 1 else np.zeros(B, int)
             for m in (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
         )
+    asked = dtype is not None
     dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
     if not np.issubdtype(dtype, np.floating):
         raise ValueError(f"sweep: dtype must be a real floating dtype, got {dtype}.")
+    if not asked:
+        # The members are cast here, before `sweep` sees them: the narrowing check of
+        # `_cast_flow` runs on the (few) inputs, not on the broadcast members.
+        narrowed = []
+        for name, x in (("A", A), ("V", V), ("beta", beta)):
+            lost = narrowing(x, dtype)
+            if lost is not None:
+                narrowed.append(f"{name} ({lost.changed} of {lost.size})")
+        if narrowed:
+            _warn_narrowed(narrowed, dtype, advice="dtype=...", stacklevel=stacklevel)
     Am, Vm, bm = A[ia].astype(dtype), V[iv].astype(dtype), beta[ib].astype(dtype)
     if score_shift == "auto":
         finite = np.where(np.isfinite(Am), Am, 0).astype(np.float64)
@@ -2267,7 +2285,9 @@ def sweep(
         dtype = options.get("dtype")
         if V is None:
             raise ValueError("sweep: give V (or a Members object as the first argument).")
-        members = attention_members(members, V, beta, seeds, dtype=dtype, **pick["members"])
+        members = attention_members(
+            members, V, beta, seeds, dtype=dtype, _stacklevel=3, **pick["members"]
+        )
         if integration is None:
             integration = Integration(dtype=dtype, **pick["integration"])
         if judge is None:

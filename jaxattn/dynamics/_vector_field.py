@@ -20,7 +20,7 @@ follow it; a user flow of ten lines does too (see `tests/test_families.py`).
 """
 
 import warnings
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import equinox as eqx
 import jax
@@ -158,9 +158,55 @@ def _real_array(where: str, name: str, x):
     return x
 
 
+class Narrowing(NamedTuple):
+    """What a cast to a narrower float type changed (`narrowing`): `changed` of `size`
+    entries, the largest by the relative `worst` at entry `index` (`before -> after`)."""
+
+    changed: int
+    size: int
+    worst: float
+    index: tuple
+    before: float
+    after: float
+
+
+def narrowing(value, dtype) -> Narrowing | None:
+    """The entries of a concrete floating `value` that change when it is cast to the
+    narrower float `dtype` (float64 to float32 when 64-bit floats are off), or `None`
+    when none does (or when the cast does not narrow, or `value` is not concrete).
+
+    The one narrowing check of the package: `AttentionDynamics` (through
+    `_asarray_warn_cast`) and the sweeps (`_sweep`) word their warnings from it. NaN stays
+    NaN (not a change); an entry that becomes zero or infinite counts as a relative change
+    of 1 or inf.
+    """
+    src = getattr(value, "dtype", None)
+    if src is None or not _is_concrete(value):
+        return None
+    src, dst = np.dtype(src), np.dtype(dtype)
+    if not (
+        np.issubdtype(src, np.floating)
+        and np.issubdtype(dst, np.floating)
+        and src.itemsize > dst.itemsize
+    ):
+        return None
+    wide = np.asarray(value, dtype=np.float64)
+    narrow = np.asarray(value).astype(dst).astype(np.float64)
+    changed = (wide != narrow) & ~(np.isnan(wide) & np.isnan(narrow))
+    if not changed.any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.abs(narrow - wide) / np.abs(wide)
+    worst = float(np.max(np.where(changed, rel, 0)))
+    k = np.unravel_index(np.argmax(np.where(changed, rel, -1)), wide.shape) if wide.ndim else ()
+    return Narrowing(
+        int(changed.sum()), int(wide.size), worst, tuple(int(i) for i in k), wide[k], narrow[k]
+    )
+
+
 def _asarray_warn_cast(where: str, name: str, value):
     """`jnp.asarray(value)`, with a `UserWarning` when a concrete input of a wider float type
-    (float64 while JAX runs in float32) is cast down and an entry changes.
+    (float64 while JAX runs in float32) is cast down and an entry changes (`narrowing`).
 
     The warning names the argument, how many entries changed and the largest relative change
     (an entry that becomes zero or infinite counts as a relative change of 1 or inf): e.g.
@@ -170,30 +216,17 @@ def _asarray_warn_cast(where: str, name: str, value):
     (complex, strings, objects).
     """
     arr = _real_array(where, name, value)
-    src = getattr(value, "dtype", None)
-    if src is None or not _is_concrete(value):
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
         return arr
-    src = np.dtype(src)
-    if not (
-        np.issubdtype(src, np.floating)
-        and jnp.issubdtype(arr.dtype, jnp.floating)
-        and src.itemsize > np.dtype(arr.dtype).itemsize
-    ):
-        return arr
-    wide = np.asarray(value, dtype=np.float64)
-    narrow = np.asarray(arr, dtype=np.float64)
-    changed = (wide != narrow) & ~(np.isnan(wide) & np.isnan(narrow))
-    if changed.any():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.abs(narrow - wide) / np.abs(wide)
-        worst = float(np.max(np.where(changed, rel, 0)))
-        k = np.unravel_index(np.argmax(np.where(changed, rel, -1)), wide.shape) if wide.ndim else ()
+    lost = narrowing(value, arr.dtype)
+    if lost is not None:
+        src = np.dtype(value.dtype).name
         warnings.warn(
-            f"{where}: {name} was given as {src.name} and cast to {np.dtype(arr.dtype).name} "
-            f"(64-bit floats are disabled in JAX): {int(changed.sum())} of {wide.size} entries "
-            f"changed, the largest by a relative {worst:.3g} (entry {tuple(int(i) for i in k)}: "
-            f"{wide[k]!r} -> {narrow[k]!r}). Enable float64 (jax.enable_x64) or cast {name} "
-            f"yourself to silence this.",
+            f"{where}: {name} was given as {src} and cast to {np.dtype(arr.dtype).name} "
+            f"(64-bit floats are disabled in JAX): {lost.changed} of {lost.size} entries "
+            f"changed, the largest by a relative {lost.worst:.3g} (entry {lost.index}: "
+            f"{lost.before!r} -> {lost.after!r}). Enable float64 (jax.enable_x64) or cast "
+            f"{name} yourself to silence this.",
             UserWarning,
             stacklevel=4,
         )
