@@ -1,6 +1,7 @@
 """`jaxattn map`: a regime map of a family of flows from the shell (see `regime_map`)."""
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -29,7 +30,11 @@ def register(subparsers) -> None:
         "parameters, with K initial conditions per cell. Writes DIR/regime_map.npz, "
         "DIR/regime_map.json, DIR/regime_map.png and DIR/summary.md; the sweep's chunks go "
         "to DIR/sweep, so rerunning the same command resumes an interrupted map.",
-        epilog="families:\n" + families + "\n\nexample:\n"
+        epilog="families:\n"
+        + families
+        + "\n\nparameters with an integer default (d and draw of random) take whole numbers"
+        "\n(d >= 2, draw >= 0); d is shared by every member of a map, so it is held with"
+        "\n--set d=K (one map per d), never an axis.\n\nexample:\n"
         "  jaxattn map rotating --x a=-1:1:32 --y b=-1:1:32 --method oa --inits 8",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -38,7 +43,8 @@ def register(subparsers) -> None:
         "--x",
         default=None,
         metavar="NAME=LO:HI:NUM",
-        help="first axis (cell centres); default: the family's first parameter on -2:2:24",
+        help="first axis: NUM cell centres from LO to HI, or NAME=V1,V2,... (strictly "
+        "increasing); default: the family's first parameter on -2:2:24",
     )
     p.add_argument("--y", default=None, metavar="NAME=LO:HI:NUM", help="optional second axis")
     p.add_argument(
@@ -46,7 +52,7 @@ def register(subparsers) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="hold a parameter at a value (repeatable)",
+        help="hold a parameter at a finite value (repeatable), e.g. --set d=3",
     )
     p.add_argument(
         "--method",
@@ -87,16 +93,93 @@ def register(subparsers) -> None:
 
 
 def _parse_set(items) -> dict:
+    """`{name: (value, item)}` of the `--set NAME=VALUE` items; **raises** `ValueError`
+    naming the item when it is not of that form or the value is not finite."""
     fixed = {}
     for item in items:
         name, sep, value = item.partition("=")
         try:
             if not sep or not name.strip():
                 raise ValueError
-            fixed[name.strip()] = float(value)
+            number = float(value)
         except ValueError:
             raise ValueError(f"--set {item!r}: expected NAME=VALUE, e.g. --set beta=2") from None
+        if not math.isfinite(number):
+            raise ValueError(f"--set {item!r}: the value must be a finite number.")
+        fixed[name.strip()] = (number, item)
     return fixed
+
+
+# Options of the command that users mistake for family parameters.
+_OPTIONS = {"n": "--n", "inits": "--inits", "seed": "--seed", "t1": "--t1"}
+
+
+def _check_values(fam, axes, fixed, inits):
+    """The axes and fixed values of a built-in family, checked before anything is built.
+
+    `axes`: `[(flag, spec, (name, values))]`; `fixed`: `{name: (value, item)}`. Integer
+    parameters (those whose default is an int: `d` and `draw` of `random`) take whole
+    numbers (returned rounded, as floats); `d` >= 2, the others (seeds) >= 0. `d` cannot
+    vary along an axis: one map is one compiled sweep, whose members share a dimension.
+
+    **Returns:** `(axes, fixed)` as `regime_map` takes them. **Raises:** `ValueError`
+    naming the flag, the item and the problem.
+    """
+    import numpy as np
+
+    from ._sweep import available_memory
+
+    integer = {k for k, v in fam.params.items() if isinstance(v, int) and not isinstance(v, bool)}
+    items = [(flag, spec, name, np.asarray(values)) for flag, spec, (name, values) in axes]
+    items += [("--set", item, name, np.asarray([v])) for name, (v, item) in fixed.items()]
+    out_axes, out_fixed, where_d = [], {}, f"d={fam.params.get('d')} (the default)"
+    for flag, spec, name, values in items:
+        where = f"{flag} {spec!r}"
+        if name not in fam.params:
+            hint = f"; {name} is the option {_OPTIONS[name]}" if name in _OPTIONS else ""
+            raise ValueError(
+                f"{where}: unknown parameter {name!r} of family {fam.name!r}; its parameters "
+                f"are {', '.join(fam.params)}{hint}."
+            )
+        if name == "d" and flag != "--set" and np.unique(values).size > 1:
+            raise ValueError(
+                f"{where}: d cannot be an axis: one map is one compiled sweep, whose members "
+                "share the dimension d. Run one map per d, holding it with --set d=K."
+            )
+        if name in integer:
+            frac = values[values != np.round(values)]
+            if frac.size:
+                e_g = "--set d=3" if name == "d" else f"{name}=0:3:4 or {name}=0,1,2"
+                raise ValueError(
+                    f"{where}: {name} is an integer parameter; got the fractional value "
+                    f"{frac[0]:g} (give whole numbers, e.g. {e_g})."
+                )
+            values = np.round(values)
+            low = 2 if name == "d" else 0
+            if values.min() < low:
+                what = "the dimension and" if name == "d" else "an integer parameter;"
+                raise ValueError(
+                    f"{where}: {name} is {what} must be >= {low}, got {values.min():g}."
+                )
+        if name == "d":
+            where_d = where
+        if flag == "--set":
+            out_fixed[name] = float(values[0])
+        else:
+            out_axes.append((name, values))
+    if "d" in fam.params:
+        # every member holds its own d×d A and V (built, stacked, repeated per init): refuse
+        # a d that cannot fit here by name, not as NumPy's MemoryError deep in the build
+        d = float(out_fixed.get("d", dict(out_axes).get("d", [fam.params["d"]])[0]))
+        cells = math.prod(len(v) for _, v in out_axes)
+        need = 2 * 2 * 8 * d * d * cells * (inits + 1)  # bytes; a float: inf for a huge d
+        if need > 2**26 and need > (free := available_memory()) / 2:
+            raise ValueError(
+                f"{where_d}: the A and V of {cells} cells x {inits} inits need about "
+                f"{need / 2**30:.3g} GiB, more than half of the {free / 2**30:.3g} GiB "
+                "available; use a smaller d, fewer cells or fewer --inits."
+            )
+    return out_axes, out_fixed
 
 
 def _run(args) -> int:
@@ -124,12 +207,18 @@ def _run_map(args) -> int:
     if args.family not in FAMILIES:
         raise ValueError(f"unknown family {args.family!r}; choose one of {', '.join(FAMILIES)}.")
     fam = FAMILIES[args.family]
-    axes = [parse_axis(args.x or f"{next(iter(fam.params))}=-2:2:24")]
+    specs = [("--x", args.x or f"{next(iter(fam.params))}=-2:2:24")]
     if args.y:
-        axes.append(parse_axis(args.y))
+        specs.append(("--y", args.y))
     for name, value in (("--n", args.n), ("--inits", args.inits), ("--num-save", args.num_save)):
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}.")
+    axes, fixed = _check_values(
+        fam,
+        [(flag, spec, parse_axis(spec)) for flag, spec in specs],
+        _parse_set(args.set),
+        args.inits,
+    )
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out!r} is a file; give a folder.")
     from ._sweep import Runner
@@ -141,7 +230,7 @@ def _run_map(args) -> int:
     )
     t = time.perf_counter()
     try:
-        m = _map(args, axes, runner)
+        m = _map(args, axes, fixed, runner)
     except ValueError as err:
         if "different sweep" in str(err):
             raise ValueError(
@@ -201,13 +290,13 @@ def _run_map(args) -> int:
     return status
 
 
-def _map(args, axes, runner):
+def _map(args, axes, fixed, runner):
     from ._regime_map import regime_map
 
     return regime_map(
         args.family,
         axes,
-        fixed=_parse_set(args.set),
+        fixed=fixed,
         method=_METHODS[args.method],
         kernel=args.kernel,
         n=args.n,
