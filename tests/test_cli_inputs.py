@@ -239,7 +239,7 @@ def test_map_passes_whole_integer_parameters_on(tmp_path, monkeypatch):
     monkeypatch.setattr(regime_map_module, "regime_map", fake_regime_map)
     argv = ["map", "random", "--x", "draw=0:3:4", "--set", "d=3", "--method", "particles"]
     assert main([*argv, *_MAP, "--out", str(tmp_path / "m")]) == 2
-    (name, values), = seen["axes"]
+    ((name, values),) = seen["axes"]
     assert seen["family"] == "random" and name == "draw"
     np.testing.assert_array_equal(values, [0.0, 1.0, 2.0, 3.0])
     assert seen["fixed"] == {"d": 3.0}
