@@ -326,13 +326,15 @@ def flow_manifold(field) -> str:
     return manifold
 
 
-def check_flow(where: str, field, x0, t0, manifold: str) -> None:
+def check_flow(where: str, field, x0, t0, manifold: str, *, require_finite: bool = True) -> None:
     """Cheap checks of a flow at the initial tokens, before solving.
 
     Always (trace time): `field(t0, x0, None)` can be traced by JAX and returns a floating
     array of the shape of `x0`. When `x0` and the flow's arrays are concrete, the flow is
-    evaluated once: its velocity must be finite, and for a sphere flow tangent at the
-    normalised tokens, `|<x̂_k, f_k>| ≤ √eps (1 + |f_k|)`.
+    evaluated once: its velocity must be finite (unless `require_finite=False`, as in a
+    sweep, where a member with non-finite input fails alone with its own status; such
+    tokens are then skipped), and for a sphere flow tangent at the normalised tokens,
+    `|<x̂_k, f_k>| ≤ √eps (1 + |f_k|)`.
 
     **Raises:** `ValueError` naming the flow (its class) and the problem.
     """
@@ -369,7 +371,7 @@ def check_flow(where: str, field, x0, t0, manifold: str) -> None:
         return
     f = np.asarray(field(t0, x_eval, None))
     finite = np.all(np.isfinite(f), axis=1)
-    if not finite.all():
+    if not finite.all() and require_finite:
         k = int(np.argmin(finite))
         raise ValueError(
             f"{where}: the flow {name} returned non-finite values (NaN or inf) at the initial "
@@ -379,8 +381,9 @@ def check_flow(where: str, field, x0, t0, manifold: str) -> None:
         xn = np.asarray(x_eval)
         radial = np.abs(np.sum(xn * f, axis=1))
         tol = float(np.sqrt(np.finfo(f.dtype).eps)) * (1 + np.linalg.norm(f, axis=1))
-        if np.any(radial > tol):
-            k = int(np.argmax(radial - tol))
+        off = finite & (radial > tol)
+        if np.any(off):
+            k = int(np.argmax(np.where(off, radial - tol, -np.inf)))
             raise ValueError(
                 f"{where}: the flow {name} leaves the tangent space of the sphere: "
                 f"<x_k, dx_k/dt> = {float(np.sum(xn[k] * f[k])):.3g} at token {k} (a sphere "
