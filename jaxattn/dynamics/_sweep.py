@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import math
 import os
@@ -118,7 +119,9 @@ from ._regimes import (
 from ._segments import advance_segments, segments_solution, start_segments
 from ._solve import (
     RESULTS,
+    check_flow,
     finish_particles,
+    flow_manifold,
     memory_available,
     prepare_particles,
     simulate,
@@ -230,7 +233,7 @@ def _flow_d(flow, batched: bool) -> int | None:
     if A is not None and hasattr(A, "shape") and len(A.shape) >= 2:
         return int(A.shape[-1])
     d = getattr(flow, "d", None)
-    if d is not None and not batched:
+    if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and not batched:
         return int(d)
     return None
 
@@ -264,8 +267,10 @@ class Members(eqx.Module):
 
     **Raises:** `ValueError` naming the argument for an unknown method or law, a flow
     that is not an `eqx.Module`, array leaves without a common batch axis, seeds out of
-    range or of the wrong length, a reduced method on a flow other than d = 2 LSA
-    `AttentionDynamics`, or `n` too small.
+    range or of the wrong length (with `batched=True`, a single flow shared by all members
+    is named as such), a `d` other than the flow's, a reduced method on a flow other than
+    d = 2 LSA `AttentionDynamics`, or `n` too small. `sweep` then checks member 0 of a
+    user's flow as `simulate` checks a flow (`check_flow`) before anything is compiled.
     """
 
     flow: Any
@@ -339,16 +344,25 @@ class Members(eqx.Module):
             B = sizes.pop()
             if seeds.shape[0] not in (1, B):
                 raise ValueError(
-                    f"{where}: {seeds.shape[0]} seeds for a batch of {B} flows (give one "
-                    "seed or one per member)."
+                    f"{where}: {seeds.shape[0]} seeds for a batch of {B} flows (batched=True "
+                    f"reads the leading axis of the flow's array leaves, shapes {leaves[:6]}, "
+                    "as the batch); give one seed or one per member, or, for a single flow "
+                    "shared by all members (members differing by seed only), pass "
+                    "batched=False."
                 )
         else:
             B = seeds.shape[0]
         if B == 0:
             raise ValueError("sweep: empty batch (no members).")
         seeds = np.broadcast_to(seeds.astype(np.uint32), (B,)).copy()
+        flow_d = _flow_d(flow, batched)
+        if d is not None and flow_d is not None and int(d) != flow_d:
+            raise ValueError(
+                f"{where}: d={d} does not match the flow's token dimension {flow_d} (read from "
+                "its A or d); leave d out or give the flow's."
+            )
         if d is None:
-            d = _flow_d(flow, batched)
+            d = flow_d
         if d is None:
             raise ValueError(f"{where}: give d= (the flow has no A leaf to read it from).")
         if int(d) < 2:
@@ -551,9 +565,13 @@ class Runner(eqx.Module):
     - `memory_budget`: bytes one chunk may use; `None` = a quarter of the memory
       available on the device (host RAM on CPU).
     - `out_dir`: if given, each finished chunk is written there (`chunk_XXXXX.npz` +
-      `.json`, plus `manifest.json` and `members.npz`); with `resume=True` chunks already
-      there (same sweep, checked by fingerprint) are loaded instead of recomputed, and
-      `SweepResult.load(out_dir)` reloads the sweep without repeating the call.
+      `.json`, plus `manifest.json` and `members.npz`; the `.json` records the chunk's
+      step counts and the SHA-256 of its `.npz`); with `resume=True` chunks already
+      there (same sweep, checked by fingerprint; the settings are compared before the
+      members are ordered, so a folder of another sweep is refused before the pilot) are
+      loaded instead of recomputed (a damaged or altered chunk, whose hash differs, is
+      recomputed with a warning), and `SweepResult.load(out_dir)` reloads the sweep
+      without repeating the call.
     - `progress`: a tqdm bar (members, failures, lockstep efficiency).
     - `on_chunk(i, info)`: called after each chunk is finished and written.
 
@@ -1132,10 +1150,13 @@ class SweepResult:
       times.
     - `shape`: the logical shape (cartesian grid or `(batch,)`); `seconds`: wall time of
       the computed chunks; `chunks_computed`, `chunks_loaded`.
-    - `lockstep_efficiency`: over the computed chunks, `Σ steps_i / Σ (slots × K ×
-      segments)` (compaction: the share of slot-steps that were a member's own steps)
-      or `Σ steps_i / Σ_chunks (chunk size × max steps in chunk)` (lockstep); 1 = no
-      member waited for another.
+    - `lockstep_efficiency`: `Σ steps_i / Σ (slots × K × segments)` (compaction: the
+      share of slot-steps that were a member's own steps) or `Σ steps_i / Σ_chunks
+      (chunk size × max steps in chunk)` (lockstep); 1 = no member waited for another.
+      Over the chunks computed now and those loaded from `out_dir` (each chunk's summary
+      records its step counts: a loaded sweep reports the efficiency of the run that
+      computed it); chunk files written before these were recorded are left out (NaN
+      when no chunk has them).
     - `plan`: the chunk plan (sizes, the grouping, the memory estimate per member and
       the budget); `config`: the member settings; `environment`: backend, device count,
       dtype, matmul precision and JAX version of the run.
@@ -1351,7 +1372,10 @@ class SweepResult:
         just those).
 
         **Raises:** `ValueError` naming the problem for a folder without a sweep
-        manifest, a damaged manifest or members file, or a chunk of another sweep.
+        manifest, a damaged manifest or members file, a chunk of another sweep, or a
+        chunk whose `.npz` was altered after it was written (its SHA-256 differs from the
+        one its `.json` recorded; the file is named). A damaged chunk (unreadable
+        archive or summary) is skipped with a warning.
         """
         return _load_sweep(os.fspath(out_dir))
 
@@ -1398,16 +1422,173 @@ def available_memory() -> int:
     return 8 * 2**30 if free is None else int(free)
 
 
-def _predicted_cost(members, flow, integration, runner):
-    """Per-member predicted cost (solver steps or a proxy) and the grouping used."""
-    group = runner.group
+def _host_memory_available() -> int:
+    """Bytes of host RAM available (`MemAvailable` of `/proc/meminfo`; else the free
+    physical pages; 8 GiB when neither can be read). On a CPU backend this is what
+    `available_memory()` reads; on an accelerator that one is the device's memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 8 * 2**30
+
+
+# Host bytes per member besides its saved series: the codes, rate and evidence of the
+# result, the seeds, order and predicted cost of the plan, and the pilot's results.
+_MEMBER_BOOKKEEPING = 8 * (len(EVIDENCE_FIELDS) + 8) + 17 * 32
+
+
+def _results_memory(num_save: int, dtype) -> int:
+    """Host bytes of one member's results: `order` and the complex `R2` at every save in
+    `dtype`, the physical save times `ts` (float64) and `_MEMBER_BOOKKEEPING`."""
+    item = np.dtype(dtype).itemsize
+    return int(num_save) * (3 * item + 8) + _MEMBER_BOOKKEEPING
+
+
+def _host_memory_need(members: Members, integration: Integration, dtype) -> int:
+    """Host bytes a sweep of `members` will hold: every member's results and the flow's
+    floating leaves that the cast to `dtype` copies."""
+    need = members.size * _results_memory(integration.num_save, dtype)
+    for leaf in jax.tree_util.tree_leaves(members.flow):
+        if hasattr(leaf, "dtype") and hasattr(leaf, "size"):
+            src = np.dtype(leaf.dtype)
+            if np.issubdtype(src, np.floating) and src != np.dtype(dtype):
+                need += int(leaf.size) * np.dtype(dtype).itemsize
+    return int(need)
+
+
+def _check_host_memory(num_members: int, need: int, what: str = "their results") -> None:
+    """Refuse a sweep whose host arrays would not fit in the host memory available, before
+    they are built (10⁷ members hold gigabytes of results and parameters)."""
+    free = _host_memory_available()
+    if need > free:
+        raise ValueError(
+            f"sweep: {num_members} members need about {need / 2**30:.3g} GiB of host memory "
+            f"({what}), more than the {free / 2**30:.3g} GiB available; sweep fewer members "
+            "at a time (e.g. slices of the grid, each with its own out_dir) or fewer saves "
+            "(num_save)."
+        )
+
+
+def _refuse_doomed(members: Members, flow) -> None:
+    """Refuse a batch of `AttentionDynamics` whose every member is sure to fail for a reason
+    seen before solving (instead of solving the batch to fail each member): β ≤ 0 (an
+    inverse temperature) for all, or, for particles, a non-finite `score_shift` for all.
+    Batches where only some members fail run, with per-member status."""
+    if not isinstance(flow, AttentionDynamics):
+        return
+    B = members.size
+    beta = np.asarray(flow.beta, np.float64).ravel()
+    if beta.size and np.all(beta <= 0):
+        got = (
+            f"beta = {beta[0]:g} for all {B} members"
+            if np.all(beta == beta[0])
+            else f"beta <= 0 for all {B} members (from {beta.min():g} to {beta.max():g})"
+        )
+        raise ValueError(
+            f"sweep: beta is an inverse temperature and must be > 0; {got}, so every member "
+            "would fail (nonpositive_beta): nothing was run (for LSA, beta < 0 is the flow "
+            "of -A: pass -A instead)."
+        )
+    shift = np.asarray(flow.score_shift, np.float64).ravel()
+    if members.method == "particles" and shift.size and not np.isfinite(shift).any():
+        raise ValueError(
+            f"sweep: score_shift must be finite; it is {shift[0]:g} for all {B} members, so "
+            "every member would fail (non-finite argument): nothing was run."
+        )
+
+
+def _first_member(flow, batched: bool):
+    """Member 0 of a batch of flows (every array leaf's first row), as JAX arrays."""
+
+    def first(x):
+        if eqx.is_array(x):
+            return jnp.asarray(x[0] if batched else x)
+        return x
+
+    return jax.tree_util.tree_map(first, flow)
+
+
+def _check_first_member(members: Members, flow, cfg: _Config, dtype) -> None:
+    """`simulate`'s checks of a flow (`check_flow`: traceable, dx/dt of the tokens' shape,
+    tangent to the sphere for a sphere flow) on member 0 of a particle sweep of a user's
+    flow, at its initial tokens, outside `jit` and before anything is compiled; also the
+    tokens of a callable `init` and the flow's `natural_rate`. A non-finite velocity is
+    left to the member's own status (the sweep's policy for bad input).
+
+    **Raises:** `ValueError` naming member 0, its tokens' shape and the problem."""
+    if members.method != "particles":
+        return
+    where = f"sweep: member 0 (of {members.size}; n = {cfg.n} tokens, d = {cfg.d})"
+    flow0 = _first_member(flow, members.batched)
+    hint = (
+        " With batched=True, member 0 is the first row of every array leaf of the flow; a "
+        "single flow shared by all members needs Members(..., batched=False)."
+        if members.batched
+        else ""
+    )
+    manifold = flow_manifold(flow0)
+    try:
+        x0, _, _ = _initial_state(flow0, jax.random.key(members.seeds[0]), cfg, dtype)
+    except Exception as err:
+        if not callable(cfg.init):
+            raise
+        raise ValueError(
+            f"{where}: the initial law init(key, n, d, dtype) failed "
+            f"({type(err).__name__}: {str(err).strip().splitlines()[0] if str(err) else ''})."
+        ) from err
+    if x0.shape != (cfg.n, cfg.d):
+        raise ValueError(
+            f"{where}: the initial law init(key, n, d, dtype) returned shape {x0.shape}, not "
+            f"the tokens' shape {(cfg.n, cfg.d)}."
+        )
+    if isinstance(flow0, AttentionDynamics):
+        return  # checked at construction, as simulate does
+    t0 = jnp.zeros((), dtype)
+    try:
+        check_flow(where, flow0, x0, t0, manifold, require_finite=False)
+    except ValueError as err:
+        if "cannot be traced" in str(err) or "must return dx/dt" in str(err):
+            raise ValueError(
+                f"{err} Is d = {cfg.d} the flow's token dimension (Members(d=...))?{hint}"
+            ) from err.__cause__
+        raise
+    if cfg.natural and hasattr(flow0, "natural_rate"):
+        try:
+            r = eqx.filter_eval_shape(flow0.natural_rate, x0)
+        except Exception as err:
+            raise ValueError(
+                f"{where}: the flow's natural_rate(x0) cannot be traced by JAX "
+                f"({type(err).__name__})."
+            ) from err
+        if getattr(r, "shape", None) != () or not jnp.issubdtype(r.dtype, jnp.floating):
+            raise ValueError(
+                f"{where}: the flow's natural_rate(x0) must return a real scalar, got "
+                f"{getattr(r, 'shape', type(r).__name__)} {getattr(r, 'dtype', '')}."
+            )
+
+
+def _resolve_group(members, flow, runner) -> str:
+    """The ordering of the members (`Runner.group` with `"auto"` resolved)."""
     d2_lsa = isinstance(flow, AttentionDynamics) and flow.kernel == "lsa" and members.d == 2
+    group = runner.group
     if group == "auto":
         group = "pilot" if (d2_lsa and members.method != "ott_antonsen") else "stiffness"
+    if group == "pilot" and not d2_lsa:
+        raise ValueError("sweep: group='pilot' needs d = 2 and kernel='lsa'.")
+    return group
+
+
+def _predicted_cost(members, flow, integration, group):
+    """Per-member predicted cost (solver steps or a proxy) for the ordering `group`."""
     B = members.size
     if group == "pilot":
-        if not d2_lsa:
-            raise ValueError("sweep: group='pilot' needs d = 2 and kernel='lsa'.")
         # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
         # member's step count.
         init = members.init if members.init in ("wrapped_cauchy", "disc") else "wrapped_cauchy"
@@ -1426,7 +1607,7 @@ def _predicted_cost(members, flow, integration, runner):
             integration=dataclasses.replace(integration, num_save=17),
             runner=Runner(chunk_size=None, group="none", progress=False),
         )
-        return pilot.num_steps.astype(float), group
+        return pilot.num_steps.astype(float)
     if (
         group == "stiffness"
         and integration.time_scale == "physical"
@@ -1440,8 +1621,8 @@ def _predicted_cost(members, flow, integration, runner):
         nA = np.linalg.norm(np.where(finite[:, None, None], A, 0.0), ord=2, axis=(1, 2))
         nV = np.linalg.norm(np.where(finite[:, None, None], V, 0.0), ord=2, axis=(1, 2))
         cost = np.broadcast_to(np.abs(beta) * nA * nV, (B,))
-        return np.where(np.isfinite(cost), cost, np.inf), group
-    return np.ones(B), group if group in ("stiffness", "none") else "none"
+        return np.where(np.isfinite(cost), cost, np.inf)
+    return np.ones(B)
 
 
 def _chunk_plan(cost, perm, ndev, runner, max_chunk):
@@ -1511,6 +1692,18 @@ def _atomic_write(path, write):
     os.replace(tmp, path)
 
 
+def _hash_array(h, x, block_bytes: int = 2**26) -> None:
+    """`h.update(x.tobytes())` without the copy: a broadcast parameter of 10⁷ members is
+    hashed a block of rows at a time (the same bytes, so the same digest)."""
+    x = np.asarray(x)
+    if x.ndim == 0 or x.flags.c_contiguous:
+        h.update(np.ascontiguousarray(x).data)
+        return
+    rows = max(1, block_bytes // max(x[0].nbytes, 1))
+    for i in range(0, x.shape[0], rows):
+        h.update(np.ascontiguousarray(x[i : i + rows]).data)
+
+
 def _flow_params(dynamic, batched, B) -> dict:
     """The flow's array leaves by path, each `(batch, ...)` on the host."""
     out = {}
@@ -1561,14 +1754,16 @@ def _cast_flow(flow, dtype, *, warn_narrowing=False):
 
 
 def _manifest_differences(old: dict, new: dict) -> list[str]:
-    """The settings in which a folder's manifest differs from this sweep's (by name)."""
+    """The settings in which a folder's manifest differs from this sweep's (by name); only
+    the settings `new` holds are compared (before the pilot, the chunk sizes are not
+    known yet)."""
     diff = []
     for key in ("num_members", "shape", "flow", "dtype", "chunk_sizes"):
-        if old.get(key) != new.get(key):
+        if key in new and old.get(key) != new.get(key):
             diff.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
     old_plan, new_plan = old.get("plan") or {}, new.get("plan") or {}
     for key in ("strategy", "group"):
-        if old_plan.get(key) != new_plan.get(key):
+        if key in new_plan and old_plan.get(key) != new_plan.get(key):
             diff.append(f"{key} {old_plan.get(key)!r} -> {new_plan.get(key)!r}")
     old_cfg, new_cfg = old.get("config") or {}, new.get("config") or {}
     for key in sorted(set(old_cfg) | set(new_cfg)):
@@ -1577,10 +1772,13 @@ def _manifest_differences(old: dict, new: dict) -> list[str]:
     return diff
 
 
-def _check_manifest(out_dir, fingerprint, resume, manifest=None):
+def _read_manifest(out_dir) -> dict | None:
+    """The folder's `manifest.json` (None when there is none).
+
+    **Raises:** `ValueError` naming a damaged manifest."""
     manifest_path = os.path.join(out_dir, "manifest.json")
     if not os.path.exists(manifest_path):
-        return
+        return None
     try:
         with open(manifest_path) as f:
             old = json.load(f)
@@ -1591,6 +1789,31 @@ def _check_manifest(out_dir, fingerprint, resume, manifest=None):
             f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
             "resume=False to overwrite the folder."
         ) from None
+    return old
+
+
+def _different_sweep(out_dir, what) -> ValueError:
+    return ValueError(
+        f"sweep: out_dir {out_dir!r} holds a different sweep ({what}); pass a new "
+        "out_dir or resume=False to overwrite."
+    )
+
+
+def _check_manifest_settings(out_dir, known: dict) -> None:
+    """Before the pilot and the plan: refuse to resume from a folder whose sweep has other
+    settings (`known`: those fixed before the members are ordered, as JSON reads them)."""
+    old = _read_manifest(out_dir)
+    if old is None:
+        return
+    diff = _manifest_differences(old, known)
+    if diff:
+        raise _different_sweep(out_dir, "; ".join(diff))
+
+
+def _check_manifest(out_dir, fingerprint, resume, manifest=None):
+    old = _read_manifest(out_dir)
+    if old is None:
+        return
     if old.get("fingerprint") != fingerprint and resume:
         diff = _manifest_differences(old, manifest or {})
         what = (
@@ -1598,10 +1821,7 @@ def _check_manifest(out_dir, fingerprint, resume, manifest=None):
             if diff
             else "same settings, other members: their parameters, seeds or order differ"
         )
-        raise ValueError(
-            f"sweep: out_dir {out_dir!r} holds a different sweep ({what}); pass a new "
-            "out_dir or resume=False to overwrite."
-        )
+        raise _different_sweep(out_dir, what)
     if not resume:
         for fname in os.listdir(out_dir):
             if fname.startswith("chunk_"):
@@ -1627,7 +1847,9 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     except ValueError as err:
         raise ValueError(f"sweep: {err}") from None
     B = members.size
+    _check_host_memory(B, _host_memory_need(members, integration, dtype))
     flow = _cast_flow(members.flow, dtype, warn_narrowing=integration.dtype is None)
+    _refuse_doomed(members, flow)
     dynamic, static = eqx.partition(flow, eqx.is_array_like)
     cfg = _Config(
         method=members.method,
@@ -1673,11 +1895,9 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         # the end (WS, 512 random pairs: efficiency 0.79 unordered, 0.80 ordered by the
         # pilot), and the pilot cost ~1/7 of a WS sweep. Several devices keep it: their
         # queues are balanced by the predicted costs.
-        cost, group = np.ones(B), "none"
+        group = "none"
     else:
-        cost, group = _predicted_cost(members, flow, integration, runner)
-    perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
-
+        group = _resolve_group(members, flow, runner)
     per_member = member_memory(members, integration)
     budget = runner.memory_budget or 0.25 * available_memory()
     if per_member > 2 * available_memory():
@@ -1686,6 +1906,28 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             f"d = {members.d}, {integration.num_save} saves, {dtype.name}), more than the "
             f"{available_memory() / 2**30:.2f} GiB available; lower n or num_save."
         )
+    # What can be checked before anything is solved or compiled (the Ott–Antonsen pilot
+    # included): member 0 of a user's flow (simulate's check_flow), and a folder holding a
+    # sweep of other settings (those of the fingerprint that are known before the members
+    # are ordered: a difference in any of them is a different fingerprint).
+    _check_first_member(members, flow, cfg, dtype)
+    if runner.out_dir is not None and runner.resume:
+        known = dict(
+            num_members=B,
+            flow=type(flow).__qualname__,
+            dtype=dtype.name,
+            plan=dict(strategy="compact" if compact else "lockstep"),
+            config=cfg.as_json(),
+        )
+        _check_manifest_settings(
+            runner.out_dir, json.loads(json.dumps(known, default=_json_default))
+        )
+    if group == "none":
+        cost = np.ones(B)
+    else:
+        cost = _predicted_cost(members, flow, integration, group)
+    perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
+
     max_chunk = max(ndev, int(budget // max(per_member, 1)) // ndev * ndev)
     if runner.memory_budget is not None and per_member > runner.memory_budget:
         warnings.warn(
@@ -1732,7 +1974,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     params = _flow_params(dynamic, members.batched, B)
     for name in sorted(params):
         h.update(name.encode())
-        h.update(np.ascontiguousarray(params[name]).tobytes())
+        _hash_array(h, params[name])
     # The static part (kernel, flags, callables) by its text, without memory addresses, so
     # that the same sweep in a new process resumes from its folder.
     h.update(re.sub(r" at 0x[0-9a-f]+", "", str(jax.tree_util.tree_structure(static))).encode())
@@ -1797,7 +2039,14 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             chunk = None
             fresh = False
             if path is not None and runner.resume and os.path.exists(path):
-                chunk = _load_chunk(path, idx, fingerprint)
+                found = _load_chunk(path, idx, fingerprint)
+                if found is not None:
+                    chunk, info = found
+                    # The efficiency of the run that computed it (older files: unknown).
+                    steps_known = _chunk_steps(info)
+                    if steps_known is not None:
+                        useful += steps_known[0]
+                        spent += steps_known[1]
             if chunk is None:
                 t_start = time.perf_counter()
                 pad = np.concatenate([idx, np.full(cs - m, idx[0])])
@@ -1836,7 +2085,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                     back = np.empty(m, int)
                     back[layout[layout >= 0]] = np.flatnonzero(layout >= 0)
                     chunk = {k: v[back] for k, v in res.items()}
-                    spent += slots * steps * float(np.sum(segments))
+                    chunk_spent = slots * steps * float(np.sum(segments))
                 else:
                     res = _sweep_chunk(dyn, static, seed, cfg, mesh if ndev > 1 else None)
                     chunk = {k: v[:m] for k, v in _fetch(res).items()}
@@ -1845,18 +2094,28 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                 computed += 1
                 fresh = True
                 num_steps = chunk["num_steps"].astype(float)
-                useful += num_steps.sum()
+                chunk_useful = float(num_steps.sum())
                 if not compact:
-                    spent += cs * max(num_steps.max(), 1)
+                    chunk_spent = float(cs * max(num_steps.max(), 1))
+                useful += chunk_useful
+                spent += chunk_spent
                 if path is not None and writer:
-                    _atomic_write(
-                        path,
-                        lambda p: _write_npz(
-                            p, members=idx, fingerprint=np.array(fingerprint), **chunk
-                        ),
+                    data = _npz_bytes(members=idx, fingerprint=np.array(fingerprint), **chunk)
+                    summary = _chunk_summary(
+                        c,
+                        idx,
+                        chunk,
+                        params,
+                        members.seeds,
+                        dt,
+                        useful_steps=chunk_useful,
+                        spent_steps=chunk_spent,
+                        npz_sha256=hashlib.sha256(data).hexdigest(),
                     )
-                    summary = _chunk_summary(c, idx, chunk, params, members.seeds, dt)
+                    # The summary (with the archive's hash) first: an archive on disk is
+                    # then never newer than the hash it is checked against.
                     _atomic_write(path[:-4] + ".json", lambda p: _write_json(p, summary))
+                    _atomic_write(path, lambda p: _write_bytes(p, data))
             else:
                 loaded += 1
             for k, v in chunk.items():
@@ -1959,32 +2218,74 @@ def _assemble(
     )
 
 
-def _load_chunk(path, members, fingerprint, *, strict=False):
-    """A finished chunk of this sweep from `path`, or None (with a warning) when the file is
-    damaged, belongs to another sweep or does not hold the expected members and fields.
-    With `strict`, a chunk of another sweep raises instead."""
+def _chunk_steps(info) -> tuple[float, float] | None:
+    """`(Σ steps_i, slot-steps spent)` of a chunk as its summary recorded them (None for
+    summaries written before they were recorded)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
+        useful, spent = float(info["useful_steps"]), float(info["spent_steps"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (useful, spent) if np.isfinite(useful) and np.isfinite(spent) else None
+
+
+def _load_chunk(path, members, fingerprint, *, strict=False):
+    """A finished chunk of this sweep from `path` and its summary (the `.json` beside it,
+    `{}` when absent), or None (with a warning) when the file is damaged, belongs to
+    another sweep, does not hold the expected members and fields, or was altered: a valid
+    archive whose SHA-256 differs from the one its summary recorded (summaries written
+    before hashes were recorded are not checked).
+
+    With `strict` (`SweepResult.load`), a chunk of another sweep or an altered chunk raises
+    instead. The files are read whole and closed, damaged or not."""
+    who = "SweepResult.load" if strict else "sweep"
+    summary_path = path[:-4] + ".json"
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             if str(z["fingerprint"]) != fingerprint:
-                problem = "it belongs to a different sweep"
                 if strict:
-                    raise ValueError(f"sweep: {path} belongs to a different sweep.")
-            elif not np.array_equal(z["members"], members):
-                problem = "it holds other members"
-            else:
-                chunk = {k: z[k] for k in _FIELDS}
-                if all(v.shape[:1] == members.shape for v in chunk.values()):
-                    return chunk
-                problem = "its fields have the wrong length"
+                    raise ValueError(f"{who}: {path} belongs to a different sweep.")
+                raise _Refused("it belongs to a different sweep")
+            if not np.array_equal(z["members"], members):
+                raise _Refused("it holds other members")
+            chunk = {k: z[k] for k in _FIELDS}  # reads every array: zip CRCs checked
+        if not all(v.shape[:1] == members.shape for v in chunk.values()):
+            raise _Refused("its fields have the wrong length")
+        info: dict = {}
+        if os.path.exists(summary_path):
+            try:
+                with open(summary_path) as f:
+                    info = json.load(f)
+                if not isinstance(info, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as err:
+                raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
+        recorded = info.get("npz_sha256")
+        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            problem = (
+                f"its SHA-256 differs from the one recorded in {summary_path} (the file was "
+                "altered after it was written)"
+            )
+            if strict:
+                raise ValueError(f"{who}: {path} was altered: {problem}.")
+            raise _Refused(problem)
+        return chunk, info
+    except _Refused as err:
+        problem = str(err)
     except ValueError as err:
-        if strict and "different sweep" in str(err):
+        if strict and str(err).startswith(f"{who}: {path}"):
             raise
         problem = f"it cannot be read (ValueError: {err})"
     except Exception as err:  # truncated, not an npz, missing fields: recompute
         problem = f"it cannot be read ({type(err).__name__}: {err})"
     verb = "skipping" if strict else "recomputing"
-    warnings.warn(f"sweep: {verb} {path}: {problem}.", stacklevel=3)
+    warnings.warn(f"{who}: {verb} {path}: {problem}.", stacklevel=3)
     return None
+
+
+class _Refused(Exception):
+    """Why a chunk on disk is not used (raised and caught inside `_load_chunk`)."""
 
 
 def _load_sweep(out_dir: str) -> SweepResult:
@@ -2019,14 +2320,20 @@ def _load_sweep(out_dir: str) -> SweepResult:
     completed = np.zeros(B, bool)
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     loaded = 0
+    useful = spent = 0.0
     for c, (start, cs) in enumerate(zip(starts, sizes)):
         idx = perm[start : start + cs]
         path = os.path.join(out_dir, f"chunk_{c:05d}.npz")
         if not os.path.exists(path):
             continue
-        chunk = _load_chunk(path, idx, fingerprint, strict=True)
-        if chunk is None:
+        found = _load_chunk(path, idx, fingerprint, strict=True)
+        if found is None:
             continue
+        chunk, info = found
+        steps_known = _chunk_steps(info)
+        if steps_known is not None:
+            useful += steps_known[0]
+            spent += steps_known[1]
         loaded += 1
         completed[idx] = True
         for k, v in chunk.items():
@@ -2058,7 +2365,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
         seconds=0.0,
         computed=0,
         loaded=loaded,
-        efficiency=float("nan"),
+        efficiency=useful / spent if spent else float("nan"),
         plan=man.get("plan", {}),
         config=cfg,
         environment=man.get("environment", {}),
@@ -2068,6 +2375,18 @@ def _load_sweep(out_dir: str) -> SweepResult:
 def _write_npz(path, **arrays):
     with open(path, "wb") as f:
         np.savez(f, **arrays)
+
+
+def _npz_bytes(**arrays) -> bytes:
+    """The `.npz` archive of `arrays`, as bytes (hashed, then written)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _write_bytes(path, data: bytes):
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def _write_json(path, obj):
@@ -2083,7 +2402,11 @@ def _json_default(x):
     raise TypeError(type(x))
 
 
-def _chunk_summary(c, idx, chunk, params, seeds, seconds):
+def _chunk_summary(c, idx, chunk, params, seeds, seconds, *, useful_steps, spent_steps, npz_sha256):
+    """The `.json` beside a chunk: its members, time, regime counts and failures, the step
+    counts of its lockstep efficiency (`useful_steps` = Σ steps_i, `spent_steps` = slot-steps
+    spent; a loaded sweep reports the efficiency of the run that computed it) and the
+    SHA-256 of its `.npz` bytes (checked when the chunk is loaded)."""
     counts = {name: int(np.sum(chunk["regime"] == i)) for i, name in enumerate(REGIME_NAMES)}
     counts["failed"] = int(np.sum(chunk["regime"] == FAILED))
     bad = np.flatnonzero(chunk["failed"])
@@ -2094,6 +2417,9 @@ def _chunk_summary(c, idx, chunk, params, seeds, seconds):
         members_per_second=len(idx) / max(seconds, 1e-12),
         regime_counts=counts,
         failures=_failure_records(idx[bad], chunk["result"][bad], params, seeds),
+        useful_steps=float(useful_steps),
+        spent_steps=float(spent_steps),
+        npz_sha256=npz_sha256,
     )
 
 
@@ -2135,11 +2461,34 @@ def attention_members(
     smallest shift with `β σ_max(A) − shift ≤ ½ log(largest float)` (zero unless the
     scores on the sphere could overflow `exp`). Other keywords go to `Members`.
 
+    A float64 `A`, `V` or `beta` whose entries change in the cast to JAX's default float
+    (float32 when 64-bit floats are off; `dtype=None`) is named in a `UserWarning`.
+
     **Raises:** `ValueError` for non-real or non-square matrices, sizes that disagree, an
-    empty batch, an unknown kernel or batching.
+    empty batch, an unknown kernel or batching, a `score_shift` that is neither a finite
+    number nor `"auto"`, and a batch whose broadcast parameters would not fit in the host
+    memory available (the member count, the estimate and the memory are named).
     """
-    # Where a warning points: the caller of `attention_members` (`sweep` passes its own).
-    stacklevel = members_kw.pop("_stacklevel", 2)
+    return _attention_members(
+        A,
+        V,
+        beta,
+        seeds,
+        kernel=kernel,
+        batching=batching,
+        score_shift=score_shift,
+        dtype=dtype,
+        num_save=None,
+        members_kw=members_kw,
+    )
+
+
+def _attention_members(
+    A, V, beta, seeds, *, kernel, batching, score_shift, dtype, num_save, members_kw
+) -> Members:
+    """`attention_members` (called by it and by `sweep`, so that a warning points at the
+    user's call either way); `num_save` (the keyword form of `sweep`) adds the results to
+    the memory estimate."""
     if kernel not in ("lsa", "usa", "sa"):
         raise ValueError(f"sweep: kernel must be 'lsa', 'usa' or 'sa', got {kernel!r}.")
     if batching not in ("cartesian", "flat"):
@@ -2148,6 +2497,11 @@ def attention_members(
         isinstance(score_shift, bool) or not isinstance(score_shift, (int, float, np.number))
     ):
         raise ValueError(f"sweep: score_shift must be a number or 'auto', got {score_shift!r}.")
+    if score_shift != "auto" and not np.isfinite(float(score_shift)):
+        raise ValueError(
+            f"sweep: score_shift must be a finite number or 'auto', got {score_shift!r} (every "
+            "particle member would fail with a non-finite argument)."
+        )
     A = _as_stack(A, "A")
     d = A.shape[1]
     V = _as_stack(V, "V", d)
@@ -2168,7 +2522,7 @@ def attention_members(
         raise ValueError("sweep: empty batch (A, V, beta or seeds has no members).")
     if batching == "cartesian":
         shape = (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
-        ia, iv, ib, isd = (g.ravel() for g in np.indices(shape))
+        B = math.prod(shape)
     else:
         sizes = {A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0]} - {1}
         if len(sizes) > 1:
@@ -2178,6 +2532,18 @@ def attention_members(
             )
         B = max(sizes) if sizes else 1
         shape = (B,)
+    # Before anything of the batch's size is built: the broadcast parameters (indices, A,
+    # V, β and the shift in the inputs' dtype, cast, and as JAX arrays) and, in the keyword
+    # form of `sweep`, the results.
+    need = B * (4 * (2 * d * d + 2) * 8 + 32)
+    what = "their broadcast parameters"
+    if num_save is not None:
+        need += B * _results_memory(num_save, jnp.result_type(float) if dtype is None else dtype)
+        what += " and results"
+    _check_host_memory(B, need, what)
+    if batching == "cartesian":
+        ia, iv, ib, isd = (g.ravel() for g in np.indices(shape))
+    else:
         ar = np.arange(B)
         ia, iv, ib, isd = (
             ar if m > 1 else np.zeros(B, int)
@@ -2196,12 +2562,14 @@ def attention_members(
             if lost is not None:
                 narrowed.append(f"{name} ({lost.changed} of {lost.size})")
         if narrowed:
-            _warn_narrowed(narrowed, dtype, advice="dtype=...", stacklevel=stacklevel)
+            _warn_narrowed(narrowed, dtype, advice="dtype=...", stacklevel=3)
     Am, Vm, bm = A[ia].astype(dtype), V[iv].astype(dtype), beta[ib].astype(dtype)
     if score_shift == "auto":
         finite = np.where(np.isfinite(Am), Am, 0).astype(np.float64)
         bound = np.abs(bm.astype(np.float64)) * np.linalg.norm(finite, ord=2, axis=(1, 2))
         shift = np.maximum(bound - 0.5 * math.log(float(np.finfo(dtype).max)), 0.0)
+        # A member with a non-finite β fails for its β, not for a shift made from it.
+        shift = np.where(np.isfinite(shift), shift, 0.0)
     else:
         shift = np.full(Am.shape[0], float(score_shift))
     flow = eqx.filter_vmap(
@@ -2249,7 +2617,16 @@ def sweep(
 
     **Raises:** `ValueError` naming the argument for inconsistent shapes, an unknown
     option, method, kernel or law, a reduced method with `d ≠ 2` or a kernel other than
-    LSA, a member too large for the memory, and an `out_dir` holding a different sweep.
+    LSA, a member too large for the memory, a batch whose results and broadcast
+    parameters would not fit in the host memory (the member count, the estimate and the
+    memory available are named), and an `out_dir` holding a different sweep. Before
+    anything is compiled: a user's flow that fails `simulate`'s checks on member 0
+    (`check_flow`: not traceable, dx/dt of another shape than the tokens `(n, d)`, not
+    tangent to the sphere; the member is named), a non-finite `score_shift`, and a batch
+    of `AttentionDynamics` whose every member would fail for a reason seen before solving
+    (β ≤ 0 for all; for particles a non-finite `score_shift` for all). Batches where only
+    some members have bad input run, those members failing alone with their `result`.
+    There is no `dt0` option (the PID controller picks the first step).
     """
     if isinstance(members, Members):
         if V is not None or options:
@@ -2285,11 +2662,21 @@ def sweep(
         dtype = options.get("dtype")
         if V is None:
             raise ValueError("sweep: give V (or a Members object as the first argument).")
-        members = attention_members(
-            members, V, beta, seeds, dtype=dtype, _stacklevel=3, **pick["members"]
-        )
         if integration is None:
             integration = Integration(dtype=dtype, **pick["integration"])
+        member_kw = dict(pick["members"])
+        members = _attention_members(
+            members,
+            V,
+            beta,
+            seeds,
+            kernel=member_kw.pop("kernel", "lsa"),
+            batching=member_kw.pop("batching", "flat"),
+            score_shift=member_kw.pop("score_shift", 0.0),
+            dtype=dtype,
+            num_save=integration.num_save,
+            members_kw=member_kw,
+        )
         if judge is None:
             judge = Judge(**pick["judge"])
         if runner is None:
