@@ -1,0 +1,364 @@
+"""Bad input to `sweep` fails early, with a `ValueError` that names the problem, before
+anything is compiled or solved: a user's flow checked on member 0 as `simulate` checks it,
+`score_shift`, β, the host memory of huge batches; chunks on disk carry their lockstep
+efficiency and a SHA-256; the float64 → float32 narrowing warning of the keyword form.
+
+Tiny Ott–Antonsen members (one compiled chunk shape, reused by every test that solves)."""
+
+import gc
+import hashlib
+import json
+import shutil
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxattn.dynamics import AttentionDynamics
+from jaxattn.dynamics import _sweep as sw
+from jaxattn.dynamics._solve import RESULTS
+from jaxattn.dynamics._sweep import Integration, Members, Runner, SweepResult, sweep
+from jaxattn.sphere import project_tangent
+
+I2 = np.eye(2)
+I3 = np.eye(3)
+J2 = np.array([[0.0, -1.0], [1.0, 0.0]])
+# Four OA members in two chunks of 2: every solving test below reuses this one chunk shape.
+A4 = np.stack([I2, 2 * I2, I2, -I2 + 0.2 * J2])
+V4 = np.stack([I2, I2 + J2, np.array([[0.3, 1.0], [-1.0, -0.3]]), I2])
+OA = dict(method="ott_antonsen", chunk_size=2, t1=5.0, num_save=21, progress=False)
+INTEG = Integration(t1=1.0, num_save=21)
+RUNNER = Runner(progress=False)
+
+
+# ------------------------------------------------------------------ a user's flows
+
+
+class Rotation(eqx.Module):
+    """Tangent: dx/dt = P⊥_x(W x)."""
+
+    W: jax.Array
+
+    def __call__(self, t, x, args=None):
+        return project_tangent(x, x @ self.W.T)
+
+
+class Radial(eqx.Module):
+    """Not tangent: dx/dt = W x (W = I points straight off the sphere)."""
+
+    W: jax.Array
+
+    def __call__(self, t, x, args=None):
+        return x @ self.W.T
+
+
+class WrongShape(eqx.Module):
+    W: jax.Array
+
+    def __call__(self, t, x, args=None):
+        return (x @ self.W.T)[:, 0]
+
+
+class Untraceable(eqx.Module):
+    W: jax.Array
+
+    def __call__(self, t, x, args=None):
+        if float(x[0, 0]) > 0:  # Python control flow on a value
+            return project_tangent(x, x @ self.W.T)
+        return jnp.zeros_like(x)
+
+
+def batch(cls, W, size=3):
+    return eqx.filter_vmap(cls)(jnp.stack([jnp.asarray(W)] * size))
+
+
+@pytest.mark.parametrize(
+    "flow, d, message",
+    [
+        (
+            batch(Radial, I3),
+            3,
+            r"member 0 \(of 3; n = 4 tokens, d = 3\): the flow Radial leaves "
+            r"the tangent space of the sphere",
+        ),
+        (
+            batch(WrongShape, I3),
+            3,
+            r"member 0 \(of 3; n = 4 tokens, d = 3\): the flow WrongShape "
+            r"must return dx/dt of the tokens' shape \(4, 3\)",
+        ),
+        (
+            batch(Untraceable, I3),
+            3,
+            r"member 0 \(of 3; n = 4 tokens, d = 3\): the flow "
+            r"Untraceable cannot be traced by JAX",
+        ),
+        # Members(d=2) for a flow of 3-d tokens: named as such, not a raw dot_general error.
+        (
+            batch(Rotation, I3),
+            2,
+            r"member 0 \(of 3; n = 4 tokens, d = 2\): the flow Rotation "
+            r"cannot be traced.*Is d = 2 the flow's token dimension \(Members\(d=...\)\)\?",
+        ),
+    ],
+    ids=["not_tangent", "wrong_shape", "untraceable", "members_d"],
+)
+def test_users_flow_is_checked_on_member_0_before_compiling(flow, d, message):
+    before = sw.num_traces()
+    with pytest.raises(ValueError, match=message):
+        sweep(Members(flow, seeds=[0, 1, 2], n=4, d=d), integration=INTEG, runner=RUNNER)
+    assert sw.num_traces() == before  # nothing was compiled
+
+
+def test_members_name_a_single_flow_and_a_wrong_d():
+    # One unbatched flow with 4 seeds: W's leading axis (3) is not a batch of 3 flows.
+    with pytest.raises(
+        ValueError,
+        match=r"4 seeds for a batch of 3 flows \(batched=True reads the leading axis of the "
+        r"flow's array leaves, shapes \[\(3, 3\)\].*pass batched=False",
+    ):
+        Members(Rotation(jnp.eye(3)), seeds=[0, 1, 2, 3], n=4, d=3)
+    with pytest.raises(ValueError, match=r"d=3 does not match the flow's token dimension 2"):
+        sw.attention_members(I2, I2, 1.0, 0, n=4, d=3)
+    # A good flow passes, and a member whose velocity is NaN is left to its own status
+    # (the sweep's policy for bad input), not refused for the batch.
+    cfg = sw._Config(
+        method="particles",
+        n=4,
+        d=3,
+        t1=1.0,
+        num_save=21,
+        natural=True,
+        r0=0.1,
+        init="wrapped_cauchy",
+        rtol=1e-7,
+        atol=1e-9,
+        max_steps=100,
+        window=0.5,
+        cluster_tol=1e-3,
+        gap_floor=None,
+        rest_tol=None,
+    )
+    good = Members(Rotation(jnp.eye(3)), seeds=[0, 1, 2, 3], n=4, d=3, batched=False)
+    sw._check_first_member(good, good.flow, cfg, np.float64)
+    nan_first = batch(Rotation, I3).W.at[0, 0, 0].set(jnp.nan)
+    members = Members(Rotation(nan_first), seeds=[0, 1, 2], n=4, d=3)
+    sw._check_first_member(members, members.flow, cfg, np.float64)
+
+
+# ------------------------------------------------------------- score_shift, dt0, β
+
+
+@pytest.mark.parametrize("shift", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_score_shift_is_named(shift):
+    with pytest.raises(ValueError, match=r"score_shift must be a finite number or 'auto', got"):
+        sweep(
+            I2,
+            I2,
+            1.0,
+            [0, 1],
+            kernel="usa",
+            score_shift=shift,
+            n=4,
+            t1=1.0,
+            num_save=21,
+            progress=False,
+        )
+    # A batch of AttentionDynamics built by hand: refused when every member has it.
+    flows = eqx.filter_vmap(
+        lambda s: AttentionDynamics(jnp.eye(2), jnp.eye(2), kernel="usa", score_shift=s)
+    )(jnp.full(2, shift))
+    with pytest.raises(ValueError, match=r"score_shift must be finite; it is .* for all 2 members"):
+        sweep(Members(flows, seeds=[0, 1], n=4), integration=INTEG, runner=RUNNER)
+
+
+def test_there_is_no_dt0_option():
+    # The sweep path has no dt0 (the PID controller picks the first step): it is refused by
+    # name, not passed on.
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['dt0'\]"):
+        sweep(I2, I2, 1.0, 0, dt0=0.0, progress=False)
+    with pytest.raises(TypeError, match="dt0"):
+        Integration(dt0=0.1)
+
+
+@pytest.mark.parametrize(
+    "beta, message",
+    [
+        (-1.0, r"beta is an inverse temperature and must be > 0; beta = -1 for all 4 members"),
+        (0.0, r"beta = 0 for all 4 members"),
+        ([0.0, -1.0, -2.0, -0.5], r"beta <= 0 for all 4 members \(from -2 to 0\)"),
+    ],
+    ids=["negative", "zero", "per_member"],
+)
+def test_beta_that_fails_every_member_is_refused_up_front(beta, message):
+    before = sw.num_traces()
+    with pytest.raises(ValueError, match=message):
+        sweep(A4, V4, beta, [0, 1, 2, 3], **OA)
+    assert sw.num_traces() == before
+
+
+def test_beta_that_fails_some_members_still_runs():
+    res = sweep(A4, V4, [1.0, -1.0, 1.0, 0.0], [0, 1, 2, 3], **OA)
+    assert res.failed.tolist() == [False, True, False, True]
+    assert np.all(res.result[[1, 3]] == RESULTS.nonpositive_beta._value)
+    assert np.all(np.isfinite(res.R2[[0, 2]]))
+
+
+# ------------------------------------------------------------------ host memory
+
+
+def test_huge_batch_is_refused_before_it_is_built(monkeypatch):
+    monkeypatch.setattr(sw, "_host_memory_available", lambda: 8 * 2**30)
+    # 10⁸ members of a cartesian grid: refused before the index grids (3 GB) exist.
+    with pytest.raises(
+        ValueError,
+        match=r"sweep: 100000000 members need about [0-9.e+]+ GiB of host memory \(their "
+        r"broadcast parameters and results\), more than the 8 GiB available",
+    ):
+        sweep(I2, I2, np.linspace(0.1, 1.0, 1000), np.arange(100_000), batching="cartesian", **OA)
+    # The composable form: the results of 1000 members against 1 MB.
+    monkeypatch.setattr(sw, "_host_memory_available", lambda: 2**20)
+    members = Members(
+        AttentionDynamics(I2, I2), seeds=np.arange(1000), n=4, method="ott_antonsen", batched=False
+    )
+    need = 1000 * sw._results_memory(21, np.float64)
+    with pytest.raises(
+        ValueError,
+        match=rf"sweep: 1000 members need about {need / 2**30:.3g} GiB of host memory \(their "
+        r"results\), more than the 0.000977 GiB available",
+    ):
+        sweep(members, integration=INTEG, runner=RUNNER)
+
+
+# ------------------------------------------------------ chunks on disk: efficiency, hash
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    res = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=out, **OA)
+    assert res.chunks_computed == 2
+    return out, res
+
+
+def test_a_loaded_sweep_reports_the_efficiency_of_its_run(written, tmp_path):
+    out, clean = written
+    eff = clean.lockstep_efficiency
+    assert 0 < eff <= 1
+    # By hand: Σ steps / Σ (chunk size × the chunk's largest step count).
+    steps = clean.num_steps[np.asarray([0, 1, 2, 3])]
+    perm = np.load(out / "members.npz")["perm"]
+    by_chunk = steps[perm].reshape(2, 2)
+    assert eff == pytest.approx(by_chunk.sum() / (2 * by_chunk.max(1)).sum(), rel=1e-15)
+    before = sw.num_traces()
+    resumed = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=out, **OA)
+    assert resumed.chunks_loaded == 2 and resumed.chunks_computed == 0
+    assert resumed.lockstep_efficiency == eff
+    assert SweepResult.load(out).lockstep_efficiency == eff
+    assert sw.num_traces() == before
+    # Chunk summaries written before the step counts were recorded: unknown (NaN).
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for c in (0, 1):
+        info = json.loads((old / f"chunk_0000{c}.json").read_text())
+        for key in ("useful_steps", "spent_steps", "npz_sha256"):
+            info.pop(key)
+        (old / f"chunk_0000{c}.json").write_text(json.dumps(info))
+    assert np.isnan(SweepResult.load(old).lockstep_efficiency)
+
+
+def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, tmp_path):
+    out, clean = written
+    folder = tmp_path / "altered"
+    shutil.copytree(out, folder)
+    path = folder / "chunk_00001.npz"
+    info = json.loads((folder / "chunk_00001.json").read_text())
+    with open(path, "rb") as f:
+        assert info["npz_sha256"] == hashlib.sha256(f.read()).hexdigest()
+    # A valid archive with altered values (its zip CRCs are right).
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["R2"] = arrays["R2"] * 0.5
+    arrays["regime"] = arrays["regime"] * 0 + 3
+    np.savez(path, **arrays)
+    with pytest.raises(
+        ValueError,
+        match=r"SweepResult.load: .*chunk_00001.npz was altered: its SHA-256 differs from the "
+        r"one recorded in .*chunk_00001.json",
+    ):
+        SweepResult.load(folder)
+    before = sw.num_traces()
+    with pytest.warns(UserWarning, match=r"sweep: recomputing .*chunk_00001.npz: its SHA-256"):
+        again = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, **OA)
+    assert sw.num_traces() == before  # the chunk shape compiled once, reused
+    assert again.chunks_loaded == 1 and again.chunks_computed == 1
+    for k in ("regime", "R2", "result", "num_steps", "order"):
+        np.testing.assert_array_equal(getattr(again, k), getattr(clean, k))
+    reloaded = SweepResult.load(folder)
+    np.testing.assert_array_equal(reloaded.R2, clean.R2)
+    np.testing.assert_array_equal(reloaded.regime, clean.regime)
+
+
+def test_a_damaged_chunk_leaves_no_open_file(written, tmp_path):
+    out, _ = written
+    folder = tmp_path / "damaged"
+    shutil.copytree(out, folder)
+    path = folder / "chunk_00000.npz"
+    path.write_bytes(path.read_bytes()[:100])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = SweepResult.load(folder)
+        gc.collect()
+    messages = [str(w.message) for w in caught]
+    assert any("skipping" in m and "chunk_00000.npz: it cannot be read" in m for m in messages)
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], messages
+    assert (~res.completed).sum() == 2
+
+
+def test_a_strategy_change_is_refused_before_the_pilot(written, tmp_path, monkeypatch):
+    out, _ = written
+    folder = tmp_path / "strategy"
+    shutil.copytree(out, folder)
+
+    def no_pilot(*args, **kwargs):
+        raise AssertionError("the pilot ran before the manifest was checked")
+
+    monkeypatch.setattr(sw, "_predicted_cost", no_pilot)
+    with pytest.raises(
+        ValueError,
+        match=r"holds a different sweep \(strategy 'lockstep' -> 'compact'\)",
+    ):
+        sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, strategy="compact", group="pilot", **OA)
+
+
+# ------------------------------------------------------- float64 inputs, 64-bit floats off
+
+
+def test_keyword_form_warns_when_float64_inputs_narrow(monkeypatch):
+    # Stop at the solve: what is checked is what `sweep` builds from the inputs.
+    monkeypatch.setattr(sw, "_run", lambda members, *parts: members)
+    A = np.eye(2) + 1e-9  # 1e-9 and 1 + 1e-9 are not float32s; V = I is exact
+    with jax.enable_x64(False):
+        with pytest.warns(UserWarning) as caught:
+            members = sweep(A, I2, 1.0, 0, n=4, progress=False)
+        assert members.flow.A.dtype == np.float32
+        (w,) = [w for w in caught if "cast to" in str(w.message)]
+        assert str(w.message).startswith(
+            "sweep: the members' A (4 of 4) entries changed when cast to float32, JAX's "
+            "default float (64-bit floats are disabled)."
+        )
+        assert "pass dtype=..." in str(w.message) and w.filename == __file__
+        # A dtype asked for is cast silently.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sweep(A, I2, 1.0, 0, n=4, dtype=np.float32, progress=False)
+        # The same check behind AttentionDynamics' own warning.
+        with pytest.warns(
+            UserWarning,
+            match=r"AttentionDynamics: A was given as float64 and "
+            r"cast to float32 .*: 4 of 4 entries changed",
+        ):
+            AttentionDynamics(A, I2)
