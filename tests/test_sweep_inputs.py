@@ -270,6 +270,21 @@ def test_a_loaded_sweep_reports_the_efficiency_of_its_run(written, tmp_path):
     assert np.isnan(SweepResult.load(old).lockstep_efficiency)
 
 
+def test_a_loaded_compacted_sweep_reports_its_efficiency(tmp_path):
+    # Compaction: Σ steps / (slots × K × segments), as the run recorded it per chunk.
+    kw = dict(OA, strategy="compact", segment_steps=8)
+    res = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=tmp_path, **kw)
+    assert res.chunks_computed == 2 and 0 < res.lockstep_efficiency <= 1
+    spent = sum(
+        json.loads((tmp_path / f"chunk_0000{c}.json").read_text())["spent_steps"] for c in (0, 1)
+    )
+    assert res.lockstep_efficiency == pytest.approx(res.num_steps.sum() / spent, rel=1e-15)
+    assert spent % 8 == 0  # whole segments of K = 8 steps
+    assert SweepResult.load(tmp_path).lockstep_efficiency == res.lockstep_efficiency
+    resumed = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=tmp_path, **kw)
+    assert resumed.chunks_loaded == 2 and resumed.lockstep_efficiency == res.lockstep_efficiency
+
+
 def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, tmp_path):
     out, clean = written
     folder = tmp_path / "altered"
