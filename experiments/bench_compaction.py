@@ -64,7 +64,8 @@ def _warm(A, V, *, method, time_scale, runner, n, t1):
     if runner.strategy == "lockstep":
         members = attention_members(A, V, 1.0, 0, n=n, method=method)
         integ = Integration(t1, time_scale=time_scale)
-        cost, group = sw._predicted_cost(members, members.flow, integ, runner)
+        group = sw._resolve_group(members, members.flow, runner)
+        cost = sw._predicted_cost(members, members.flow, integ, group)
         perm = np.argsort(cost, kind="stable")
         sizes = set(sw._chunk_plan(cost, perm, len(jax.devices()), runner, 10**9))
         for size in sorted(sizes - {B}):
