@@ -117,3 +117,29 @@ def test_nonfinite_token_poisons_every_row_hence_simulate_rejects_it(getkey):
 def test_bad_arguments(A, V, kwargs, match):
     with pytest.raises(ValueError, match=match):
         AttentionDynamics(A, V, **kwargs)
+
+
+@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize("normalisation", ["post_ln", "pre_ln", "ngpt"])
+def test_token_major_field_equals_the_token_row_field(getkey, d, normalisation):
+    # The token-major state y = xᵀ is what simulate and the sweep integrate for small d
+    # (`_solve.token_major_pays`); LSA is evaluated on its rows (written-out sums for
+    # d <= 4, dots above), the other kernels and a causal mask through transposes.
+    n = 29
+    A, V = random_matrix(getkey(), d), random_matrix(getkey(), d)
+    scale = jax.random.uniform(getkey(), (n, 1), minval=0.5, maxval=2.0)
+    x = scale * sample_uniform(getkey(), n, d)  # off the sphere, as in Pre-LN
+    for kernel, causal in (("lsa", False), ("lsa", True), ("sa", False)):
+        f = AttentionDynamics(
+            A, V, beta=0.9, kernel=kernel, causal=causal, normalisation=normalisation
+        )
+        rows = f(0.0, x)
+        major = jax.jit(lambda f, y: f.token_major(0.0, y))(f, x.T)
+        assert major.shape == (d, n)
+        np.testing.assert_allclose(major.T, rows, rtol=0, atol=1e-14)
+    # and against the independent double loop (post-LN LSA)
+    if normalisation == "post_ln":
+        f = AttentionDynamics(A, V, beta=0.9)
+        np.testing.assert_allclose(
+            f.token_major(0.0, x.T).T, _numpy_field(A, V, 0.9, x, "lsa"), rtol=0, atol=1e-13
+        )

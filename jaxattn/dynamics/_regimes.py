@@ -791,6 +791,23 @@ def _token_series(x):
     return Q, R2
 
 
+def _token_series_token_major(u):
+    """`_token_series(u.T)` of unit tokens stored token-major (`u` of shape `(d, n)`, the
+    particle state of `_solve._TokenMajor`): the same numbers, to rounding, from sums over
+    the rows of `u` (no transpose of the state at every save)."""
+    d, n = u.shape
+    if d <= 4:
+        q = {}
+        for a in range(d):
+            for b in range(a, d):
+                q[a, b] = q[b, a] = jnp.sum(u[a] * u[b]) / n
+        Q = jnp.stack([jnp.stack([q[a, b] for b in range(d)]) for a in range(d)])
+    else:
+        Q = (u @ u.T) / n
+    R2 = jnp.mean((u[0] + 1j * u[1]) ** 2) if d == 2 else None
+    return Q, R2
+
+
 def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest_tol):
     """`classify_tokens` from what it reads: `_token_series` at every save time `ts` and
     the unit tokens `xs_late` at the saves from `_late_start(len(ts), window, d)` on."""

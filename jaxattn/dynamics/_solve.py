@@ -15,7 +15,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ..sphere import normalise, safe_norm
 from ._segments import Problem, solve_problem
-from ._vector_field import AttentionDynamics, _is_concrete
+from ._vector_field import AttentionDynamics, _is_concrete, unit_columns
 
 __all__ = [
     "RESULTS",
@@ -141,7 +141,8 @@ class _TokenMajorSphereProjection(SphereProjection):
     """`SphereProjection` of a state stored token-major, shape `(d, n)` (`_TokenMajor`)."""
 
     def project(self, y):
-        return normalise(y.T).T, jnp.max(jnp.abs(safe_norm(y.T) - 1))
+        u, r = unit_columns(y)
+        return u, jnp.max(jnp.abs(r - 1))
 
 
 class _TokenMajor(eqx.Module):
@@ -162,6 +163,8 @@ class _TokenMajor(eqx.Module):
         return getattr(self.field, "manifold", "sphere")
 
     def __call__(self, t, y, args=None):
+        if isinstance(self.field, AttentionDynamics):
+            return self.field.token_major(t, y, args)
         return self.field(t, y.T, args).T
 
 

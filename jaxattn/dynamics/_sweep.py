@@ -112,6 +112,7 @@ from ._regimes import (
     _late_start,
     _tail_start,
     _token_series,
+    _token_series_token_major,
     _window_start,
     classify_order_parameter,
     default_gap_floor,
@@ -128,7 +129,7 @@ from ._solve import (
     token_major_pays,
 )
 from ._solve import environment_record as _solve_environment
-from ._vector_field import AttentionDynamics, kernel_rate, narrowing
+from ._vector_field import AttentionDynamics, kernel_rate, narrowing, unit_columns
 from ._watanabe_strogatz import _points as _ws_points
 from ._watanabe_strogatz import _token_speeds as _ws_token_speeds
 from ._watanabe_strogatz import (
@@ -932,8 +933,12 @@ def _particle_series(sphere: bool, euclidean: bool, token_major: bool):
     `Trajectory.xs`, its directions off the sphere, normalised)."""
 
     def fn(y):
-        x = y.T if token_major else y
-        x = normalise(x) if sphere else x
+        if token_major:  # y = xᵀ, shape (d, n): the same steps on its rows
+            u = unit_columns(y)[0] if sphere else y
+            if euclidean:
+                u = unit_columns(u)[0]
+            return _token_series_token_major(unit_columns(u)[0])
+        x = normalise(y) if sphere else y
         if euclidean:
             x = normalise(x)
         return _token_series(normalise(x))
@@ -1780,10 +1785,7 @@ def _read_manifest(out_dir) -> dict | None:
     if not os.path.exists(manifest_path):
         return None
     try:
-        with open(manifest_path) as f:
-            old = json.load(f)
-        if not isinstance(old, dict):
-            raise ValueError("not a JSON object")
+        old = _read_json_object(manifest_path)
     except ValueError as err:
         raise ValueError(
             f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
@@ -2255,10 +2257,7 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
         info: dict = {}
         if os.path.exists(summary_path):
             try:
-                with open(summary_path) as f:
-                    info = json.load(f)
-                if not isinstance(info, dict):
-                    raise ValueError("not a JSON object")
+                info = _read_json_object(summary_path)
             except ValueError as err:
                 raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
         recorded = info.get("npz_sha256")
@@ -2293,10 +2292,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
     if not os.path.isfile(manifest_path):
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
     try:
-        with open(manifest_path) as f:
-            man = json.load(f)
-        if not isinstance(man, dict):
-            raise ValueError("not a JSON object")
+        man = _read_json_object(manifest_path)
         fingerprint = man["fingerprint"]
         sizes = [int(s) for s in man["chunk_sizes"]]
         B = int(man["num_members"])
@@ -2387,6 +2383,16 @@ def _npz_bytes(**arrays) -> bytes:
 def _write_bytes(path, data: bytes):
     with open(path, "wb") as f:
         f.write(data)
+
+
+def _read_json_object(path) -> dict:
+    """The JSON object in `path`. **Raises:** `ValueError` (a `json.JSONDecodeError` for bad
+    JSON, or "not a JSON object") naming what is wrong; `OSError` if it cannot be opened."""
+    with open(path) as f:
+        obj = json.load(f)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    return obj
 
 
 def _write_json(path, obj):
