@@ -51,9 +51,10 @@ solve takes exactly the steps of the whole solve, so a member's saves, step coun
 and regime are those of its solo run in float64 up to the rounding of a differently
 compiled program (~1e-13 on the test cases; on 512 random pairs a few sensitive members
 differed by up to 1e-8 in `R₂` and WS step counts in physical time, all regimes equal).
-`lockstep_efficiency = Σ steps_i / (slots · K · segments)` (summed over devices; 1 = no
-slot ever idle). The defaults (on CPU one slot per device for particles and 16 for WS,
-`segment_steps` 32) were
+`lockstep_efficiency = Σ steps_i / (slots · Σ_segments max_slot steps)` (summed over
+devices; the loop iterations the pool ran, each costing every slot; 1 = no slot ever idle).
+The defaults (on CPU one slot per device for particles, whose solve then runs whole, and 16
+slots with `segment_steps` 32 for WS) were
 measured (`Runner` docstring; `experiments/bench_compaction.py --scan`); K divides
 `max_steps` (`gcd`), so a member stops at `max_steps` exactly.
 
@@ -540,14 +541,20 @@ class Runner(eqx.Module):
       save, so a wider pool spreads the per-step cost of the solver loop (measured, 256
       random pairs, n = 256, 2 cores under load ~5: slots 1: 152, 4: 161, 16: 331,
       64: 71 members/s, the last with efficiency 0.31 as the pool drains).
-    - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used).
-      Measured on CPU for particles (128 random pairs, d = 2, n = 256, t1 = 50, float64,
+    - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used);
+      `None` (default): `max_steps` for a pool of one slot (one member never waits for
+      another, so its solve runs whole: measured on one core, 256 random pairs, d = 2,
+      n = 256, particles, medians of three interleaved rounds: K = 32: 201, 64: 214,
+      128: 236, 512: 242 members/s; each segment re-enters the solver and merges the
+      saves) and `SEGMENT_STEPS` (32) for a wider pool. Earlier measurements on CPU for
+      particles (128 random pairs, d = 2, n = 256, t1 = 50, float64,
       physical time, 2 cores under load ~7, when every token was saved; members/s,
       efficiency): lockstep 16.1, 0.41; slots 32/K 16: 13.3, 0.73; 16/16: 16.3, 0.88;
       8/32: 19.2, 0.89; 4/64: 49, 0.80; 2/32: 67, 0.90; 1/32: 77, 0.90; 1/64: 82, 0.80;
       1/128: 82, 0.73. Saving only what the judge reads (module docstring), slots 1 and 4
       run alike and 16 at half the speed (load ~5: 65, 60, 31 members/s): one member per
-      slot stays the CPU default, and K = 32 keeps the efficiency near 0.9.
+      slot stays the CPU default (since the row-wise LSA field, 2 and 4 slots run at 0.73
+      and 0.65 of one), and K = 32 keeps a wider pool's efficiency near 0.9.
     - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
       budget allows (up to 1024 members per device): the unit written to `out_dir` and
       resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
@@ -590,14 +597,14 @@ class Runner(eqx.Module):
     on_chunk: Callable | None = eqx.field(static=True)
     strategy: str = eqx.field(static=True)
     slots: int | None = eqx.field(static=True)
-    segment_steps: int = eqx.field(static=True)
+    segment_steps: int | None = eqx.field(static=True)
 
     def __init__(
         self,
         *,
         strategy: Literal["auto", "compact", "lockstep"] = "auto",
         slots: int | None = None,
-        segment_steps: int = SEGMENT_STEPS,
+        segment_steps: int | None = None,
         chunk_size: int | Literal["auto"] | None = "auto",
         group: Literal["auto", "pilot", "stiffness", "none"] = "auto",
         efficiency: float = 0.85,
@@ -614,7 +621,9 @@ class Runner(eqx.Module):
             )
         self.strategy = strategy
         self.slots = None if slots is None else _count(where, "slots", slots)
-        self.segment_steps = _count(where, "segment_steps", segment_steps)
+        self.segment_steps = (
+            None if segment_steps is None else _count(where, "segment_steps", segment_steps)
+        )
         if chunk_size is not None and chunk_size != "auto":
             if isinstance(chunk_size, bool) or int(chunk_size) < 1:
                 raise ValueError(
@@ -967,7 +976,9 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
     queue), then finished and classified all at once. Members with `live = False` (the
     padding of a chunk) sit at the end and are never solved.
 
-    **Returns:** the per-member outputs and the number of segments, shape `(1,)`.
+    **Returns:** the per-member outputs and the number of solver-loop iterations the pool
+    ran, shape `(1,)`: per segment, the most steps any slot took in it (a vmapped loop runs
+    until its last member stops; the others' iterations are masked), summed.
     """
     flow = eqx.combine(dynamic, static)
     m = seed.shape[0]
@@ -1026,8 +1037,10 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
         return jnp.any(carry[1] >= 0)
 
     def body(carry):
-        pool, slot, queue, finished, segments = carry
+        pool, slot, queue, finished, iterations = carry
+        before = pool.num_steps
         pool = advance(take(p_dyn, jnp.maximum(slot, 0)), pool)
+        iterations = iterations + jnp.max(pool.num_steps - before)
         done = pool.done & (slot >= 0)
         where = jnp.where(done, slot, m)  # out of range: dropped
         finished = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), finished, pool)
@@ -1047,14 +1060,14 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
             return pool, slot, queue + jnp.sum(fill)
 
         pool, slot, queue = jax.lax.cond(jnp.any(done), refill, lambda a: a, (pool, slot, queue))
-        return pool, slot, queue, finished, segments + 1
+        return pool, slot, queue, finished, iterations
 
     carry = (pool, slot, jnp.minimum(num_live, slots), finished, jnp.zeros((), jnp.int32))
-    _, _, _, finished, segments = jax.lax.while_loop(cond, body, carry)
+    _, _, _, finished, iterations = jax.lax.while_loop(cond, body, carry)
     out = eqx.filter_vmap(lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype))(
         finished, post
     )
-    return out, segments[None]
+    return out, iterations[None]
 
 
 @eqx.filter_jit
@@ -1155,9 +1168,11 @@ class SweepResult:
       times.
     - `shape`: the logical shape (cartesian grid or `(batch,)`); `seconds`: wall time of
       the computed chunks; `chunks_computed`, `chunks_loaded`.
-    - `lockstep_efficiency`: `Σ steps_i / Σ (slots × K × segments)` (compaction: the
-      share of slot-steps that were a member's own steps) or `Σ steps_i / Σ_chunks
-      (chunk size × max steps in chunk)` (lockstep); 1 = no member waited for another.
+    - `lockstep_efficiency`: `Σ steps_i / Σ (slots × loop iterations)` (compaction: the
+      share of slot-steps that were a member's own steps; per segment the pool's loop
+      runs as many iterations as its busiest slot takes, so a pool of one slot is 1) or
+      `Σ steps_i / Σ_chunks (chunk size × max steps in chunk)` (lockstep); 1 = no member
+      waited for another.
       Over the chunks computed now and those loaded from `out_dir` (each chunk's summary
       records its step counts: a loaded sweep reports the efficiency of the run that
       computed it); chunk files written before these were recorded are left out (NaN
@@ -1942,8 +1957,9 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     else:
         sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
     # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
-    steps = math.gcd(runner.segment_steps, cfg.max_steps)
-    if compact and steps < runner.segment_steps:
+    asked = SEGMENT_STEPS if runner.segment_steps is None else runner.segment_steps
+    steps = math.gcd(asked, cfg.max_steps)
+    if compact and runner.segment_steps is not None and steps < runner.segment_steps:
         warnings.warn(
             f"sweep: segment_steps={runner.segment_steps} does not divide max_steps="
             f"{cfg.max_steps}; segments of {steps} steps are used instead (a member must stop "
@@ -1967,9 +1983,14 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
             slots_per_device = CPU_SLOTS.get(members.method, 1)
         else:
             slots_per_device = ACCELERATOR_SLOTS
+
+    def segment_steps(slots):
+        # A pool of one slot never masks a step: its member's solve runs whole.
+        return cfg.max_steps if (runner.segment_steps is None and slots == 1) else steps
+
     if compact:
         plan["slots_per_device"] = [min(slots_per_device, s // ndev) for s in sizes]
-        plan["segment_steps"] = steps
+        plan["segment_steps"] = [segment_steps(s) for s in plan["slots_per_device"]]
 
     # Fingerprint: the inputs and every option that changes a member's result.
     h = hashlib.sha256()
@@ -2073,7 +2094,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                 seed = _put(members.seeds[pad], sharding)
                 if compact:
                     slots = min(slots_per_device, cs // ndev)
-                    res, segments = _sweep_chunk_compact(
+                    res, iterations = _sweep_chunk_compact(
                         dyn,
                         static,
                         seed,
@@ -2081,13 +2102,13 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
                         cfg,
                         mesh if ndev > 1 else None,
                         slots,
-                        steps,
+                        segment_steps(slots),
                     )
-                    res, segments = _fetch((res, segments))
+                    res, iterations = _fetch((res, iterations))
                     back = np.empty(m, int)
                     back[layout[layout >= 0]] = np.flatnonzero(layout >= 0)
                     chunk = {k: v[back] for k, v in res.items()}
-                    chunk_spent = slots * steps * float(np.sum(segments))
+                    chunk_spent = slots * float(np.sum(iterations))
                 else:
                     res = _sweep_chunk(dyn, static, seed, cfg, mesh if ndev > 1 else None)
                     chunk = {k: v[:m] for k, v in _fetch(res).items()}
