@@ -392,3 +392,43 @@ def test_compaction_efficiency_counts_the_loop_iterations_the_pool_ran():
     assert alone.lockstep_efficiency == 1.0
     np.testing.assert_array_equal(alone.num_steps, one_pool.num_steps)
     np.testing.assert_array_equal(alone.regime, one_pool.regime)
+
+
+def test_a_chunk_without_its_summary_is_recomputed(written, tmp_path):
+    # The summary holds the archive's SHA-256: without it an altered archive would pass.
+    out, clean = written
+    folder = tmp_path / "no_summary"
+    shutil.copytree(out, folder)
+    path = folder / "chunk_00000.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["R2"] = arrays["R2"] + 1.5
+    np.savez(path, **arrays)
+    (folder / "chunk_00000.json").unlink()
+    with pytest.warns(UserWarning, match=r"recomputing .*chunk_00000.npz: its summary .* missing"):
+        again = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, **OA)
+    assert again.chunks_loaded == 1 and again.chunks_computed == 1
+    np.testing.assert_array_equal(again.R2, clean.R2)
+
+
+class _Scaled(eqx.Module):
+    M: jax.Array  # shape (2,): does not fit tokens (n, 3)
+
+    def __call__(self, t, x, args=None):
+        return project_tangent(x, x @ self.M.T)
+
+
+def test_a_flow_whose_arrays_do_not_fit_the_tokens_is_named():
+    with pytest.raises(ValueError, match=r"flow _Scaled cannot be traced by JAX on tokens of shape"):
+        sweep(
+            Members(_Scaled(jnp.ones(2)), n=8, d=3, batched=False),
+            integration=Integration(5.0, num_save=21),
+            runner=Runner(progress=False),
+        )
+
+
+def test_a_sweep_whose_every_member_fails_warns_why():
+    A = np.where(np.eye(2, dtype=bool), np.nan, A4)  # NaN on every member's diagonal
+    with pytest.warns(UserWarning, match=r"every one of the 4 members failed \(nonfinite_argument"):
+        res = sweep(A, V4, 1.0, 0, **OA)
+    assert res.failed.all()

@@ -350,11 +350,14 @@ def check_flow(where: str, field, x0, t0, manifold: str, *, require_finite: bool
     x_eval = normalise(x0) if manifold == "sphere" else x0
     try:
         out = eqx.filter_eval_shape(field, t0, x_eval, None)
-    except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError) as err:
+    except (jax.errors.JAXTypeError, jax.errors.JAXIndexError, TypeError, ValueError) as err:
+        # ValueError: JAX's own shape errors inside the flow (e.g. an array leaf whose shape
+        # does not fit the tokens, "Incompatible shapes for broadcasting").
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
-            f"{where}: the flow {name} cannot be traced by JAX (its __call__ must be jittable: "
-            f"no Python control flow on values, no NumPy conversion of its inputs): {first}"
+            f"{where}: the flow {name} cannot be traced by JAX on tokens of shape {x0.shape} "
+            "(its __call__ must be jittable: no Python control flow on values, no NumPy "
+            f"conversion of its inputs; its arrays must fit the tokens' shape): {first}."
         ) from err
     shape = getattr(out, "shape", None)
     if shape != x0.shape or not jnp.issubdtype(getattr(out, "dtype", jnp.int32), jnp.floating):

@@ -2157,6 +2157,7 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     finally:
         if bar is not None:
             bar.close()
+    _warn_if_all_failed(outs)
     return _assemble(
         outs,
         params,
@@ -2172,6 +2173,24 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         plan=plan,
         config=cfg.as_json(),
         environment=environment,
+    )
+
+
+def _warn_if_all_failed(outs) -> None:
+    """Every member failed: say why (the most common result codes), since a result of
+    nothing but `FAILED` usually means one bad input shared by all (a NaN in a shared
+    parameter, a flow returning NaN), not a property of the members."""
+    failed = np.asarray(outs["failed"], bool)
+    if failed.size == 0 or not failed.all():
+        return
+    codes, counts = np.unique(np.asarray(outs["result"]), return_counts=True)
+    order = np.argsort(-counts)
+    why = ", ".join(f"{result_message(codes[i])} ({counts[i]})" for i in order[:3])
+    warnings.warn(
+        f"sweep: every one of the {failed.size} members failed ({why}); see "
+        "SweepResult.failures() for each member's parameters.",
+        UserWarning,
+        stacklevel=4,
     )
 
 
@@ -2252,8 +2271,8 @@ def _chunk_steps(info) -> tuple[float, float] | None:
 
 
 def _load_chunk(path, members, fingerprint, *, strict=False):
-    """A finished chunk of this sweep from `path` and its summary (the `.json` beside it,
-    `{}` when absent), or None (with a warning) when the file is damaged, belongs to
+    """A finished chunk of this sweep from `path` and its summary (the `.json` beside it),
+    or None (with a warning) when the file or its summary is damaged or missing, belongs to
     another sweep, does not hold the expected members and fields, or was altered: a valid
     archive whose SHA-256 differs from the one its summary recorded (summaries written
     before hashes were recorded are not checked).
@@ -2275,12 +2294,14 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
             chunk = {k: z[k] for k in _FIELDS}  # reads every array: zip CRCs checked
         if not all(v.shape[:1] == members.shape for v in chunk.values()):
             raise _Refused("its fields have the wrong length")
-        info: dict = {}
-        if os.path.exists(summary_path):
-            try:
-                info = _read_json_object(summary_path)
-            except ValueError as err:
-                raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
+        if not os.path.exists(summary_path):
+            # Every chunk is written with its summary (before its archive): without it the
+            # archive cannot be checked against its recorded SHA-256.
+            raise _Refused(f"its summary {summary_path} is missing (it cannot be checked)")
+        try:
+            info = _read_json_object(summary_path)
+        except ValueError as err:
+            raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
         recorded = info.get("npz_sha256")
         if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
             problem = (
