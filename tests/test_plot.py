@@ -471,3 +471,15 @@ def test_atlas_high_d_and_glm_show_the_evidence(keep_figure):
     assert labels[0] == "σ_max(G_LM)" and labels[1].startswith("1 − final order ρ")
     assert labels[2] == "time to ρ ≥ 0.99"
     assert [a.get_title() for a in fig.axes[:2]] == ["layer 0", "layer 4"]
+
+
+def test_regime_map_summary_compares_only_decided_cells():
+    # Failed and undetermined cells neither agree nor disagree with a stated claim: the
+    # summary says how many claimed cells were compared at all.
+    m = _map_2d()
+    s = m.summary()
+    dom, pred = m.dominant, m.predicted
+    decided = (dom >= 0) & (dom != CODE["undetermined"])
+    assert s["cells_compared"] == int(((pred >= 0) & decided).sum())
+    assert s["cells_compared"] < s["cells_with_claim"] == int((pred >= 0).sum())
+    assert s["disagreements"] == int(m.disagreements().sum()) <= s["cells_compared"]

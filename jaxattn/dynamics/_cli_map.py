@@ -274,7 +274,8 @@ def _run_map(args) -> int:
         f"({s['members'] / max(m.seconds, 1e-9):.1f} members/s); dominant: {dom}; "
         f"multistable cells {s['multistable_cells']}, failed members {s['failed_members']}"
         + (
-            f"; theory disagreements {s['disagreements']}/{s['cells_with_claim']}"
+            f"; theory disagreements {s['disagreements']}/{s['cells_compared']} decided cells "
+            f"({s['cells_with_claim']} with a claim)"
             if "disagreements" in s
             else ""
         )
@@ -350,7 +351,8 @@ def _summary_markdown(m, args, seconds) -> str:
     ]
     if "disagreements" in s:
         lines.append(
-            f"- stated theory: claims in {s['cells_with_claim']} cells; the dominant regime "
-            f"contradicts it in {s['disagreements']}"
+            f"- stated theory: claims in {s['cells_with_claim']} cells, of which "
+            f"{s['cells_compared']} decided (failed and undetermined cells are not compared); "
+            f"the dominant regime contradicts it in {s['disagreements']}"
         )
     return "\n".join(lines) + "\n"

@@ -337,6 +337,10 @@ class RegimeMap:
         if self.predicted is not None:
             claims = self.predicted >= 0
             out["cells_with_claim"] = int(claims.sum())
+            # Only decided cells are compared: failed and undetermined ones neither agree
+            # nor disagree.
+            decided = (dom >= 0) & (dom != int(REGIMES.undetermined._value))
+            out["cells_compared"] = int((claims & decided).sum())
             out["disagreements"] = int(self.disagreements().sum())
         return out
 
