@@ -243,3 +243,17 @@ def test_map_passes_whole_integer_parameters_on(tmp_path, monkeypatch):
     assert seen["family"] == "random" and name == "draw"
     np.testing.assert_array_equal(values, [0.0, 1.0, 2.0, 3.0])
     assert seen["fixed"] == {"d": 3.0}
+
+
+def test_random_bytes_and_a_json_object_get_plain_reasons(tmp_path):
+    # NumPy calls bytes without a .npy header "pickled data" and advises allow_pickle=True;
+    # the message says what the file is not instead. A JSON object is not a matrix.
+    junk = tmp_path / "junk.npy"
+    junk.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ValueError, match=r"--A: cannot read .*junk.npy \(not a NumPy") as e:
+        _load_matrix(str(junk), "A")
+    assert "allow_pickle=True" not in str(e.value) and "unsafely" not in str(e.value)
+    obj = tmp_path / "obj.json"
+    obj.write_text('{"A": [[1, 0], [0, 1]]}')
+    with pytest.raises(ValueError, match=r"--A: .*obj.json .*a nested list of numbers"):
+        _load_matrix(str(obj), "A")

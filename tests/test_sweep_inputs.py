@@ -419,7 +419,7 @@ class _Scaled(eqx.Module):
 
 
 def test_a_flow_whose_arrays_do_not_fit_the_tokens_is_named():
-    with pytest.raises(ValueError, match=r"flow _Scaled cannot be traced by JAX on tokens of shape"):
+    with pytest.raises(ValueError, match=r"_Scaled cannot be traced by JAX on tokens of shape"):
         sweep(
             Members(_Scaled(jnp.ones(2)), n=8, d=3, batched=False),
             integration=Integration(5.0, num_save=21),
@@ -432,3 +432,11 @@ def test_a_sweep_whose_every_member_fails_warns_why():
     with pytest.warns(UserWarning, match=r"every one of the 4 members failed \(nonfinite_argument"):
         res = sweep(A, V4, 1.0, 0, **OA)
     assert res.failed.all()
+
+
+def test_an_out_dir_that_is_a_file_is_named(tmp_path):
+    path = tmp_path / "taken"
+    path.write_text("not a folder")
+    with pytest.raises(ValueError, match=r"out_dir=.*taken' is a file, not a folder"):
+        sweep(A4, V4, 1.0, 0, out_dir=path, **OA)
+    assert path.read_text() == "not a folder"

@@ -156,6 +156,13 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         # dozen unrelated types on a truncated or corrupt file (BadZipFile, EOFError,
         # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
         why = " ".join(f"{type(err).__name__}: {err}".split())[:300]  # one line
+        if "allow_pickle" in why:
+            # NumPy's word for bytes that are no .npy/.npz header (or a pickled object
+            # array): its hint, to load unsafely, is not advice to give about a user's file.
+            why = (
+                "not a NumPy .npy/.npz array file, or an array of Python objects, which is "
+                "never unpickled: allow_pickle=False"
+            )
         raise ValueError(f"{flag}: cannot read a matrix from {path} ({why}).") from None
     if M is None:
         held = f"holds {keys}" if keys else "holds no arrays"
@@ -165,8 +172,12 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
             f"{flag}: {path} holds complex numbers (dtype {M.dtype}); {name} must be real."
         )
     if M.dtype.kind not in "biuf":
+        what = f"dtype {M.dtype}"
+        hint = " (a .json file holds the matrix itself: a nested list of numbers)" * (
+            suffix == ".json"
+        )
         raise ValueError(
-            f"{flag}: {path} does not hold an array of real numbers (dtype {M.dtype})."
+            f"{flag}: {path} does not hold an array of real numbers ({what}){hint}."
         )
     M = M.astype(np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:

@@ -2026,6 +2026,8 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
         regime_names=list(REGIME_NAMES),
     )
     if out_dir is not None:
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise ValueError(f"sweep: out_dir={out_dir!r} is a file, not a folder.")
         os.makedirs(out_dir, exist_ok=True)
         # Compared as JSON reads it back (tuples become lists).
         as_read = json.loads(json.dumps(manifest, default=_json_default))
