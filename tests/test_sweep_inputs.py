@@ -440,3 +440,14 @@ def test_an_out_dir_that_is_a_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"out_dir=.*taken' is a file, not a folder"):
         sweep(A4, V4, 1.0, 0, out_dir=path, **OA)
     assert path.read_text() == "not a folder"
+
+
+def test_a_reduced_method_names_a_users_flow_as_a_flow():
+    class Mine(eqx.Module):
+        def __call__(self, t, x, args=None):
+            return jnp.zeros_like(x)
+
+    with pytest.raises(
+        ValueError, match=r"got d = 2, the flow Mine \(not AttentionDynamics\)\. Use method='part"
+    ):
+        Members(Mine(), n=8, d=2, method="ott_antonsen", batched=False)

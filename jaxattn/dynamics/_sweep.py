@@ -372,10 +372,15 @@ class Members(eqx.Module):
         if method != "particles":
             ok = isinstance(flow, AttentionDynamics) and flow.kernel == "lsa" and int(d) == 2
             if not ok:
-                kernel = getattr(flow, "kernel", type(flow).__name__)
+                got = (
+                    f"kernel={flow.kernel!r}"
+                    if isinstance(flow, AttentionDynamics)
+                    else f"the flow {type(flow).__name__} (not AttentionDynamics)"
+                )
                 raise ValueError(
-                    f"sweep: method={method!r} is the d = 2 LSA reduction; got d = {d}, "
-                    f"kernel={kernel!r}."
+                    f"sweep: method={method!r} is the d = 2 LSA reduction of "
+                    f"AttentionDynamics; got d = {d}, {got}. Use method='particles' for "
+                    "other flows."
                 )
         if shape is None:
             shape = (B,)
