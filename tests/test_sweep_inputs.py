@@ -451,3 +451,10 @@ def test_a_reduced_method_names_a_users_flow_as_a_flow():
         ValueError, match=r"got d = 2, the flow Mine \(not AttentionDynamics\)\. Use method='part"
     ):
         Members(Mine(), n=8, d=2, method="ott_antonsen", batched=False)
+
+
+def test_a_binary_manifest_is_named_in_one_short_line(tmp_path):
+    (tmp_path / "manifest.json").write_bytes(bytes(range(128, 256)) * 8)
+    with pytest.raises(ValueError, match=r"manifest.json is damaged .*not UTF-8 text") as e:
+        SweepResult.load(tmp_path)
+    assert len(str(e.value)) < 300

@@ -1059,6 +1059,13 @@ def _section_chaos(cfg, out):
     )
 
 
+def _complex(re, im, nd=4) -> str:
+    """`a + b i` / `a − b i`, with a rounding-sized part shown as 0 (no "-0.0000")."""
+    re, im = (0.0 if abs(x) < 0.5 * 10.0**-nd else float(x) for x in (re, im))
+    sign = "−" if im < 0 else "+"
+    return f"{re:.{nd}f} {sign} {abs(im):.{nd}f} i"
+
+
 def _fmt(x, nd=4):
     if x is None:
         return "–"
@@ -1190,8 +1197,7 @@ def _write_markdown(report, out):
         if "periods" in v:
             line += (
                 f"; periods {[_fmt(p, 6) for p in v['periods']]}; linear period at the "
-                f"centre {v['linear_period']:.4f} (centre R = {v['centre'][0]:.4f} + "
-                f"{v['centre'][1]:.4f} i)"
+                f"centre {v['linear_period']:.4f} (centre R = {_complex(*v['centre'])})"
             )
         w(line)
     c3 = h["case3_rotation"]

@@ -2437,8 +2437,13 @@ def _write_bytes(path, data: bytes):
 def _read_json_object(path) -> dict:
     """The JSON object in `path`. **Raises:** `ValueError` (a `json.JSONDecodeError` for bad
     JSON, or "not a JSON object") naming what is wrong; `OSError` if it cannot be opened."""
-    with open(path) as f:
-        obj = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except UnicodeDecodeError as err:  # its repr holds every byte of the file
+        raise ValueError(
+            f"not UTF-8 text (byte {err.object[err.start]:#04x} at position {err.start})"
+        ) from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     return obj
