@@ -448,6 +448,12 @@ def test_atlas_high_d_and_glm_show_the_evidence(keep_figure):
     assert "LSA: clustering" in top.get_title() and top.get_ylabel().startswith("ρ")
     # the flat-looking oscillation gets its own y range
     assert fig.axes[2].get_ylim()[1] - fig.axes[2].get_ylim()[0] < 0.1
+    # two kernels of one case close together: the higher point's label above it, the
+    # lower's below, whichever kernel is higher (fixed offsets per kernel crossed them)
+    runs[5]["final_motion"] = 0.2  # case4-oscillating: USA above LSA (0.1)
+    ev = [a for a in P.plot_high_d(runs, "v.png").axes if a.get_xscale() == "log"][0]
+    offsets = {t.get_text(): t.xyann[1] for t in ev.texts}
+    assert offsets["case4-oscillating (USA)"] > 0 > offsets["case4-oscillating (LSA)"]
 
     table = [
         dict(

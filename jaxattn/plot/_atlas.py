@@ -362,8 +362,9 @@ def plot_high_d(runs, path, *, title=None):
     """High-dimensional runs: what tells the regimes apart.
 
     `runs`: list of dicts with `case`, `kernel`, `ts`, `order` (`ρ(t) = sqrt(1 − gap)`),
-    `regime` (measured name), `final_motion` (mean token angular speed over the late
-    window), `final_gap` (`1 − ρ²` at the end), `rotation_rate`, `period`.
+    `regime` (measured name), `final_motion` (the classifier's motion over the last third
+    of the late window: in d > 2 the motion of the moment `Q = XᵀX/n`, `√2 ‖dQ/dt‖_F`),
+    `final_gap` (`1 − ρ²` at the end), `rotation_rate`, `period`.
 
     Top row, one panel per case: `ρ(t)` for each kernel on its own y-range (an oscillation
     shows), titled with the measured regimes. Bottom: the classifier's evidence plane, final
@@ -397,6 +398,17 @@ def plot_high_d(runs, path, *, title=None):
         ax.margins(y=0.15)
     seen = set()
     floor = 1e-12  # exact zeros (rounding level) are drawn on the floor, and it is labelled
+    # Labels of one case's runs: the higher point's above it, the lower's below (two
+    # kernels of a case often land close together; fixed offsets per kernel crossed them).
+    above = {}
+    for case in cases:
+        own = sorted(
+            (r for r in runs if r["case"] == case),
+            key=lambda r: max(float(r["final_motion"]), floor),
+            reverse=True,
+        )
+        for i, r in enumerate(own):
+            above[id(r)] = i % 2 == 0
     for r in runs:
         _, _, mk = styles[r["kernel"]]
         gap = max(float(r["final_gap"]), floor)
@@ -414,7 +426,7 @@ def plot_high_d(runs, path, *, title=None):
         ev.annotate(
             f"{r['case']} ({r['kernel'].upper()})",
             (gap, mot),
-            xytext=(7, 5 if kernels.index(r["kernel"]) % 2 == 0 else -11),
+            xytext=(7, 5 if above[id(r)] else -11),
             textcoords="offset points",
             fontsize=7,
             arrowprops=dict(arrowstyle="-", lw=0.4, color="0.4"),
