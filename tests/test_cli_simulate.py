@@ -160,6 +160,7 @@ def test_simulate_usa_score_shift_auto_advice_and_frozen_runs(tmp_path, capsys):
     assert rc == 1 and "frozen run: no token moved" in err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["regime"]["name"] == "undetermined" and summary["regime"]["frozen"]
+    assert summary["regime"]["classified"] is False and "regime: not classified" in err
     assert summary["time"]["score_shift"] == 2000.0
     # auto: time in units of the fastest initial pair of distinct tokens (its weight is 1),
     # at least the smallest shift that fits; the run moves and is classified
@@ -167,6 +168,7 @@ def test_simulate_usa_score_shift_auto_advice_and_frozen_runs(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert 800 - 0.5 * np.log(np.finfo(float).max) <= summary["time"]["score_shift"] < 800
     assert summary["regime"]["frozen"] is None and summary["time"]["max_displacement"] > 1e-3
+    assert summary["regime"]["classified"] is True
     assert rc == 0, capsys.readouterr().err
 
 

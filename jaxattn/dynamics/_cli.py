@@ -83,7 +83,13 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="PRNG seed of the initial tokens")
     p.add_argument("--rtol", type=float, default=1e-7)
     p.add_argument("--atol", type=float, default=1e-9)
-    p.add_argument("--max-steps", type=int, default=200_000)
+    p.add_argument(
+        "--max-steps",
+        type=int,
+        default=200_000,
+        help="step budget of each solve piece (the run is solved in pieces along its save "
+        "times, each with this budget; default 200000)",
+    )
     p.add_argument("--float32", action="store_true", help="solve in float32 (default float64)")
     p.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
     p.add_argument("--out", default="runs/simulate", help="output folder (default runs/simulate)")
@@ -436,6 +442,9 @@ def _run(args) -> int:
         },
         "regime": {
             "name": name,
+            # False when the solve failed or the run is frozen: `name` is then the
+            # placeholder "undetermined", not a measurement.
+            "classified": bool(ok and frozen is None),
             "description": REGIMES[regime],
             "evidence": None if evidence is None else evidence.as_dict(),
             "frozen": frozen,
@@ -481,8 +490,9 @@ def _run(args) -> int:
         _progress(f"frozen run: {frozen}")
     if degenerate:
         _progress(degenerate)
+    shown = name if (ok and frozen is None) else "not classified"
     _progress(
-        f"regime: {name} | result: {summary['result']['code']} | steps {steps} | "
+        f"regime: {shown} | result: {summary['result']['code']} | steps {steps} | "
         f"sphere drift {drift:.1e} | {summary['timing_s']['total']:.1f}s"
     )
     _progress(
