@@ -1617,22 +1617,34 @@ def _predicted_cost(members, flow, integration, group):
         # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
         # member's step count.
         init = members.init if members.init in ("wrapped_cauchy", "disc") else "wrapped_cauchy"
-        pilot = sweep(
-            Members(
-                flow,
-                seeds=members.seeds,
-                n=members.n,
-                method="ott_antonsen",
-                init=init,
-                r0=members.r0,
-                batched=members.batched,
-            ),
-            # Step counts do not depend on the save times (diffrax interpolates them): a
-            # few saves keep the pilot's classification cheap (it was ~1/5 of a WS sweep).
-            integration=dataclasses.replace(integration, num_save=17),
-            runner=Runner(chunk_size=None, group="none", progress=False),
-        )
+        with warnings.catch_warnings():  # the pilot's failures are the sweep's own to report
+            warnings.filterwarnings("ignore", message="sweep: every one of")
+            pilot = _pilot_sweep(members, flow, integration, init)
         return pilot.num_steps.astype(float)
+    return _proxy_cost(members, flow, integration, group, B)
+
+
+def _pilot_sweep(members, flow, integration, init):
+    """The Ott–Antonsen sweep of the same members whose step counts order the queue."""
+    return sweep(
+        Members(
+            flow,
+            seeds=members.seeds,
+            n=members.n,
+            method="ott_antonsen",
+            init=init,
+            r0=members.r0,
+            batched=members.batched,
+        ),
+        # Step counts do not depend on the save times (diffrax interpolates them): a few
+        # saves keep the pilot's classification cheap (it was ~1/5 of a WS sweep).
+        integration=dataclasses.replace(integration, num_save=17),
+        runner=Runner(chunk_size=None, group="none", progress=False),
+    )
+
+
+def _proxy_cost(members, flow, integration, group, B):
+    """Without a pilot: `β‖A‖‖V‖` (stiffness, physical time) or equal costs."""
     if (
         group == "stiffness"
         and integration.time_scale == "physical"
@@ -2184,11 +2196,12 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
 
 
 def _warn_if_all_failed(outs) -> None:
-    """Every member failed: say why (the most common result codes), since a result of
-    nothing but `FAILED` usually means one bad input shared by all (a NaN in a shared
-    parameter, a flow returning NaN), not a property of the members."""
+    """Every member of a batch of several failed: say why (the most common result codes),
+    since a result of nothing but `FAILED` usually means one bad input shared by all (a NaN
+    in a shared parameter, a flow returning NaN), not a property of the members. (One
+    member's failure is its result; the Ott–Antonsen pilot of a sweep never warns.)"""
     failed = np.asarray(outs["failed"], bool)
-    if failed.size == 0 or not failed.all():
+    if failed.size < 2 or not failed.all():
         return
     codes, counts = np.unique(np.asarray(outs["result"]), return_counts=True)
     order = np.argsort(-counts)
