@@ -244,6 +244,12 @@ def written(tmp_path_factory):
     return out, res
 
 
+def _copy_of(out, folder):
+    """A copy of the written sweep's folder, to damage."""
+    shutil.copytree(out, folder)
+    return folder
+
+
 def test_a_loaded_sweep_reports_the_efficiency_of_its_run(written, tmp_path):
     out, clean = written
     eff = clean.lockstep_efficiency
@@ -286,8 +292,7 @@ def test_a_loaded_compacted_sweep_reports_its_efficiency(tmp_path):
 
 def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, tmp_path):
     out, clean = written
-    folder = tmp_path / "altered"
-    shutil.copytree(out, folder)
+    folder = _copy_of(out, tmp_path / "altered")
     path = folder / "chunk_00001.npz"
     info = json.loads((folder / "chunk_00001.json").read_text())
     with open(path, "rb") as f:
@@ -318,8 +323,7 @@ def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, t
 
 def test_a_damaged_chunk_leaves_no_open_file(written, tmp_path):
     out, _ = written
-    folder = tmp_path / "damaged"
-    shutil.copytree(out, folder)
+    folder = _copy_of(out, tmp_path / "damaged")
     path = folder / "chunk_00000.npz"
     path.write_bytes(path.read_bytes()[:100])
     with warnings.catch_warnings(record=True) as caught:
@@ -334,8 +338,7 @@ def test_a_damaged_chunk_leaves_no_open_file(written, tmp_path):
 
 def test_a_strategy_change_is_refused_before_the_pilot(written, tmp_path, monkeypatch):
     out, _ = written
-    folder = tmp_path / "strategy"
-    shutil.copytree(out, folder)
+    folder = _copy_of(out, tmp_path / "strategy")
 
     def no_pilot(*args, **kwargs):
         raise AssertionError("the pilot ran before the manifest was checked")
@@ -397,8 +400,7 @@ def test_compaction_efficiency_counts_the_loop_iterations_the_pool_ran():
 def test_a_chunk_without_its_summary_is_recomputed(written, tmp_path):
     # The summary holds the archive's SHA-256: without it an altered archive would pass.
     out, clean = written
-    folder = tmp_path / "no_summary"
-    shutil.copytree(out, folder)
+    folder = _copy_of(out, tmp_path / "no_summary")
     path = folder / "chunk_00000.npz"
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
