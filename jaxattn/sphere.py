@@ -35,7 +35,12 @@ def safe_norm(x: Float[Array, "... d"], *, keepdims: bool = False) -> Float[Arra
 
     **Returns:** `|x|` of shape `(...)` (or `(..., 1)`).
     """
-    sq = _sum_last(x * x, keepdims)
+    return _norm_from_squares(_sum_last(x * x, keepdims))
+
+
+def _norm_from_squares(sq):
+    """`sqrt(sq)` with a finite (zero) gradient at `sq = 0` (`safe_norm` of a vector whose
+    squared norm is `sq`; also the token-major norms of `jaxattn.dynamics`)."""
     positive = sq > 0
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
 

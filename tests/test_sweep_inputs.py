@@ -250,6 +250,16 @@ def _copy_of(out, folder):
     return folder
 
 
+def _alter_chunk(path, **change):
+    """Rewrite the chunk archive at `path` as a valid `.npz` with `change[k](array)` for
+    the named arrays (the values altered, the archive itself sound)."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    for k, f in change.items():
+        arrays[k] = f(arrays[k])
+    np.savez(path, **arrays)
+
+
 def test_a_loaded_sweep_reports_the_efficiency_of_its_run(written, tmp_path):
     out, clean = written
     eff = clean.lockstep_efficiency
@@ -298,11 +308,7 @@ def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, t
     with open(path, "rb") as f:
         assert info["npz_sha256"] == hashlib.sha256(f.read()).hexdigest()
     # A valid archive with altered values (its zip CRCs are right).
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["R2"] = arrays["R2"] * 0.5
-    arrays["regime"] = arrays["regime"] * 0 + 3
-    np.savez(path, **arrays)
+    _alter_chunk(path, R2=lambda v: v * 0.5, regime=lambda v: v * 0 + 3)
     with pytest.raises(
         ValueError,
         match=r"SweepResult.load: .*chunk_00001.npz was altered: its SHA-256 differs from the "
@@ -401,11 +407,7 @@ def test_a_chunk_without_its_summary_is_recomputed(written, tmp_path):
     # The summary holds the archive's SHA-256: without it an altered archive would pass.
     out, clean = written
     folder = _copy_of(out, tmp_path / "no_summary")
-    path = folder / "chunk_00000.npz"
-    with np.load(path) as z:
-        arrays = {k: z[k] for k in z.files}
-    arrays["R2"] = arrays["R2"] + 1.5
-    np.savez(path, **arrays)
+    _alter_chunk(folder / "chunk_00000.npz", R2=lambda v: v + 1.5)
     (folder / "chunk_00000.json").unlink()
     with pytest.warns(UserWarning, match=r"recomputing .*chunk_00000.npz: its summary .* missing"):
         again = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, **OA)

@@ -26,6 +26,7 @@ from jaxtyping import Array, Complex, Float, Int
 from ..sphere import geodesic_distance, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import Trajectory
+from ._vector_field import moment_rows
 
 __all__ = [
     "REGIMES",
@@ -796,16 +797,8 @@ def _token_series_token_major(u):
     particle state of `_solve._TokenMajor`): the same numbers, to rounding, from sums over
     the rows of `u` (no transpose of the state at every save)."""
     d, n = u.shape
-    if d <= 4:
-        q = {}
-        for a in range(d):
-            for b in range(a, d):
-                q[a, b] = q[b, a] = jnp.sum(u[a] * u[b]) / n
-        Q = jnp.stack([jnp.stack([q[a, b] for b in range(d)]) for a in range(d)])
-    else:
-        Q = (u @ u.T) / n
     R2 = jnp.mean((u[0] + 1j * u[1]) ** 2) if d == 2 else None
-    return Q, R2
+    return moment_rows(u) / n, R2
 
 
 def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest_tol):

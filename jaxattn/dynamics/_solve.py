@@ -440,12 +440,18 @@ def memory_available(device=None) -> int | None:
         stats = None
     if stats and "bytes_limit" in stats:
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return meminfo_available()
+
+
+def meminfo_available() -> int | None:
+    """Bytes of host RAM available: `MemAvailable` of `/proc/meminfo` (None when it cannot
+    be read)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     return None
 

@@ -124,6 +124,7 @@ from ._solve import (
     check_flow,
     finish_particles,
     flow_manifold,
+    meminfo_available,
     memory_available,
     prepare_particles,
     simulate,
@@ -558,8 +559,8 @@ class Runner(eqx.Module):
       8/32: 19.2, 0.89; 4/64: 49, 0.80; 2/32: 67, 0.90; 1/32: 77, 0.90; 1/64: 82, 0.80;
       1/128: 82, 0.73. Saving only what the judge reads (module docstring), slots 1 and 4
       run alike and 16 at half the speed (load ~5: 65, 60, 31 members/s): one member per
-      slot stays the CPU default (since the row-wise LSA field, 2 and 4 slots run at 0.73
-      and 0.65 of one), and K = 32 keeps a wider pool's efficiency near 0.9.
+      slot stays the CPU default (since the row-wise LSA field, 2 and 4 slots with K = 32
+      run at 0.75 and 0.66 of one), and K = 32 keeps a wider pool's efficiency near 0.9.
     - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
       budget allows (up to 1024 members per device): the unit written to `out_dir` and
       resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
@@ -1451,13 +1452,9 @@ def _host_memory_available() -> int:
     """Bytes of host RAM available (`MemAvailable` of `/proc/meminfo`; else the free
     physical pages; 8 GiB when neither can be read). On a CPU backend this is what
     `available_memory()` reads; on an accelerator that one is the device's memory."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    free = meminfo_available()
+    if free is not None:
+        return free
     try:
         return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
     except (AttributeError, ValueError, OSError):
@@ -1617,34 +1614,24 @@ def _predicted_cost(members, flow, integration, group):
         # The Ott–Antonsen ODE of the same members (≈ 1000× cheaper) predicts each
         # member's step count.
         init = members.init if members.init in ("wrapped_cauchy", "disc") else "wrapped_cauchy"
-        with warnings.catch_warnings():  # the pilot's failures are the sweep's own to report
-            warnings.filterwarnings("ignore", message="sweep: every one of")
-            pilot = _pilot_sweep(members, flow, integration, init)
+        pilot = _run(
+            Members(
+                flow,
+                seeds=members.seeds,
+                n=members.n,
+                method="ott_antonsen",
+                init=init,
+                r0=members.r0,
+                batched=members.batched,
+            ),
+            # Step counts do not depend on the save times (diffrax interpolates them): a
+            # few saves keep the pilot's classification cheap (it was ~1/5 of a WS sweep).
+            dataclasses.replace(integration, num_save=17),
+            Judge(),
+            Runner(chunk_size=None, group="none", progress=False),
+            warn_all_failed=False,  # the pilot's failures are the sweep's own to report
+        )
         return pilot.num_steps.astype(float)
-    return _proxy_cost(members, flow, integration, group, B)
-
-
-def _pilot_sweep(members, flow, integration, init):
-    """The Ott–Antonsen sweep of the same members whose step counts order the queue."""
-    return sweep(
-        Members(
-            flow,
-            seeds=members.seeds,
-            n=members.n,
-            method="ott_antonsen",
-            init=init,
-            r0=members.r0,
-            batched=members.batched,
-        ),
-        # Step counts do not depend on the save times (diffrax interpolates them): a few
-        # saves keep the pilot's classification cheap (it was ~1/5 of a WS sweep).
-        integration=dataclasses.replace(integration, num_save=17),
-        runner=Runner(chunk_size=None, group="none", progress=False),
-    )
-
-
-def _proxy_cost(members, flow, integration, group, B):
-    """Without a pilot: `β‖A‖‖V‖` (stiffness, physical time) or equal costs."""
     if (
         group == "stiffness"
         and integration.time_scale == "physical"
@@ -1862,7 +1849,14 @@ def _check_manifest(out_dir, fingerprint, resume, manifest=None):
                 os.remove(os.path.join(out_dir, fname))
 
 
-def _run(members: Members, integration: Integration, judge: Judge, runner: Runner):
+def _run(
+    members: Members,
+    integration: Integration,
+    judge: Judge,
+    runner: Runner,
+    *,
+    warn_all_failed: bool = True,
+):
     dtype = integration.resolved_dtype()
     widest = np.dtype(jnp.result_type(float))
     if dtype.itemsize > widest.itemsize:
@@ -2176,7 +2170,8 @@ def _run(members: Members, integration: Integration, judge: Judge, runner: Runne
     finally:
         if bar is not None:
             bar.close()
-    _warn_if_all_failed(outs)
+    if warn_all_failed:
+        _warn_if_all_failed(outs)
     return _assemble(
         outs,
         params,
@@ -2199,7 +2194,7 @@ def _warn_if_all_failed(outs) -> None:
     """Every member of a batch of several failed: say why (the most common result codes),
     since a result of nothing but `FAILED` usually means one bad input shared by all (a NaN
     in a shared parameter, a flow returning NaN), not a property of the members. (One
-    member's failure is its result; the Ott–Antonsen pilot of a sweep never warns.)"""
+    member's failure is its result; the Ott–Antonsen pilot of a sweep does not call it.)"""
     failed = np.asarray(outs["failed"], bool)
     if failed.size < 2 or not failed.all():
         return
@@ -2551,13 +2546,22 @@ def attention_members(
         batching=batching,
         score_shift=score_shift,
         dtype=dtype,
-        num_save=None,
-        members_kw=members_kw,
+        **members_kw,
     )
 
 
 def _attention_members(
-    A, V, beta, seeds, *, kernel, batching, score_shift, dtype, num_save, members_kw
+    A,
+    V,
+    beta,
+    seeds,
+    *,
+    num_save=None,
+    kernel="lsa",
+    batching="flat",
+    score_shift=0.0,
+    dtype=None,
+    **members_kw,
 ) -> Members:
     """`attention_members` (called by it and by `sweep`, so that a warning points at the
     user's call either way); `num_save` (the keyword form of `sweep`) adds the results to
@@ -2737,18 +2741,8 @@ def sweep(
             raise ValueError("sweep: give V (or a Members object as the first argument).")
         if integration is None:
             integration = Integration(dtype=dtype, **pick["integration"])
-        member_kw = dict(pick["members"])
         members = _attention_members(
-            members,
-            V,
-            beta,
-            seeds,
-            kernel=member_kw.pop("kernel", "lsa"),
-            batching=member_kw.pop("batching", "flat"),
-            score_shift=member_kw.pop("score_shift", 0.0),
-            dtype=dtype,
-            num_save=integration.num_save,
-            members_kw=member_kw,
+            members, V, beta, seeds, num_save=integration.num_save, dtype=dtype, **pick["members"]
         )
         if judge is None:
             judge = Judge(**pick["judge"])

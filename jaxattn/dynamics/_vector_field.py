@@ -29,7 +29,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._custom_types import Matrix, Tokens
-from ..sphere import normalise, project_tangent, safe_norm
+from ..sphere import _norm_from_squares, normalise, project_tangent, safe_norm
 
 __all__ = [
     "AttentionDynamics",
@@ -107,26 +107,30 @@ def _row_sum(terms):
 def unit_columns(y: Float[Array, "d n"]) -> tuple[Float[Array, "d n"], Float[Array, " n"]]:
     """The columns of `y` (tokens, token-major) normalised, and their norms: `normalise`
     and `safe_norm` of `yᵀ`, laid out as `y` (a zero column stays zero)."""
-    sq = _row_sum([y[a] * y[a] for a in range(y.shape[0])])
-    positive = sq > 0
-    r = jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
+    r = _norm_from_squares(_row_sum([y[a] * y[a] for a in range(y.shape[0])]))
     return y / jnp.where(r > 0, r, 1), r
+
+
+def moment_rows(u: Float[Array, "d n"]) -> Float[Array, "d d"]:
+    """The moment `M = Σ_j x_j x_jᵀ` of tokens stored token-major (`u = Xᵀ`, shape
+    `(d, n)`): d(d+1)/2 sums over the rows for d ≤ 4, `u uᵀ` above."""
+    d = u.shape[0]
+    if d > _WRITTEN_OUT_D:
+        return u @ u.T
+    m = {}
+    for a in range(d):
+        for b in range(a, d):
+            m[a, b] = m[b, a] = jnp.sum(u[a] * u[b])
+    return jnp.stack([jnp.stack([m[a, b] for b in range(d)]) for a in range(d)])
 
 
 def _lsa_drive_token_major(u, A, V, beta):
     """`attention_drive(uᵀ, A, V, β, "lsa").T` for unit columns `u` of shape `(d, n)`:
-    `drive = Bᵀ u` with `B = (β/n) A M Vᵀ`, `M = u uᵀ` (the moment, d(d+1)/2 sums over the
-    tokens)."""
+    `drive = Bᵀ u` with `B = (β/n) A M Vᵀ`, `M = u uᵀ` (`moment_rows`)."""
     d, n = u.shape
+    B = (beta / n) * (A @ moment_rows(u) @ V.T)
     if d <= _WRITTEN_OUT_D:
-        m = {}
-        for a in range(d):
-            for b in range(a, d):
-                m[a, b] = m[b, a] = jnp.sum(u[a] * u[b])
-        moment = jnp.stack([jnp.stack([m[a, b] for b in range(d)]) for a in range(d)])
-        B = (beta / n) * (A @ moment @ V.T)
         return jnp.stack([_row_sum([B[a, e] * u[a] for a in range(d)]) for e in range(d)])
-    B = (beta / n) * (A @ (u @ u.T) @ V.T)
     return B.T @ u
 
 
