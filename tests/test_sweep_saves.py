@@ -7,7 +7,9 @@
 - the Watanabe–Strogatz sweep judge (R₂ from the Möbius parameters, tail tokens only)
   equals `classify_tokens` of the reconstructed tokens;
 - the token-major particle state `(d, n)` gives the states of the token-row one to 1e-10
-  and the same regimes.
+  and the same regimes;
+- the classifiers' `atan`-based angles (`_atan2`, `_step_angle`) equal `numpy.arctan2` and
+  `geodesic_distance` to a few roundings, on every quadrant, the axes and extreme scales.
 """
 
 import diffrax
@@ -32,7 +34,7 @@ from jaxattn.dynamics._regimes import (
 from jaxattn.dynamics._segments import advance_segments, solve_problem, start_segments
 from jaxattn.dynamics._solve import finish_particles, prepare_particles
 from jaxattn.dynamics._watanabe_strogatz import _points, _token_speeds
-from jaxattn.sphere import normalise, sample_uniform
+from jaxattn.sphere import _atan2, _step_angle, geodesic_distance, normalise, sample_uniform
 
 T1 = 20.0
 TS = jnp.linspace(0.0, T1, 41)
@@ -178,3 +180,27 @@ def test_one_save_time_is_refused_by_the_solvers():
         simulate(field, x0, t1=1.0, num_save=1)
     with pytest.raises(ValueError, match="num_save must be >= 2"):
         solve_watanabe_strogatz(jnp.eye(2), jnp.eye(2), theta, t1=1.0, num_save=1)
+
+
+def test_atan_based_angles_equal_atan2_and_the_geodesic_distance():
+    rng = np.random.default_rng(3)
+    scale = lambda k: rng.choice([1e-300, 1e-8, 1.0, 1e8, 0.0], size=k)  # noqa: E731
+    y = rng.normal(size=20000) * scale(20000)
+    x = rng.normal(size=20000) * scale(20000)
+    # The axes, the origin and the four quadrant boundaries by hand.
+    y = np.concatenate([y, [0.0, 1.0, -1.0, 0.0, 2.0, -3.0, 1e-310]])
+    x = np.concatenate([x, [0.0, 0.0, 0.0, -1.0, -1e-300, -5.0, -1.0]])
+    got = np.asarray(_atan2(jnp.asarray(y), jnp.asarray(x)))
+    want = np.arctan2(y, x)
+    origin = (x == 0) & (y == 0)
+    np.testing.assert_array_equal(got[origin], 0.0)
+    # Equal as angles (y = −0 with x < 0 gives π where arctan2 gives −π).
+    diff = np.angle(np.exp(1j * (got - want)))[~origin]
+    assert np.max(np.abs(diff)) < 4 * np.finfo(float).eps * np.pi
+    assert np.all((got >= -np.pi) & (got <= np.pi))
+    # Geodesic steps of unit vectors, antipodes and coincident points included.
+    u = normalise(jnp.asarray(rng.normal(size=(2000, 3))))
+    v = normalise(u + jnp.asarray(rng.normal(size=(2000, 3))) * jnp.asarray(scale(2000))[:, None])
+    v = v.at[0].set(-u[0]).at[1].set(u[1])
+    np.testing.assert_allclose(_step_angle(u, v), geodesic_distance(u, v), rtol=1e-14, atol=1e-15)
+    assert float(_step_angle(u, v)[0]) == np.pi

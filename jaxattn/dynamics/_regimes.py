@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, Int
 
-from ..sphere import geodesic_distance, normalise
+from ..sphere import _step_angle, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import Trajectory
 from ._vector_field import moment_rows
@@ -691,7 +691,7 @@ def _drift(ts, phase, start):
 
 def _token_motion(ts, xs):
     """Mean geodesic speed of the tokens on each save interval, shape `(times − 1,)`."""
-    return jnp.mean(geodesic_distance(xs[1:], xs[:-1]), axis=-1) / (ts[1:] - ts[:-1])
+    return jnp.mean(_step_angle(xs[1:], xs[:-1]), axis=-1) / (ts[1:] - ts[:-1])
 
 
 def _tail_start(num_times: int, window: float) -> int:

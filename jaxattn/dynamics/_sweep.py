@@ -524,6 +524,12 @@ class Judge(eqx.Module):
 SEGMENT_STEPS = 32
 ACCELERATOR_SLOTS = 128
 CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 1}
+# The solver of every sweep member: Tsit5 with its stages in a plain `lax` loop. Sweeps are
+# forward solves (nothing differentiates through them), so diffrax's default stage loop,
+# checkpointed for reverse-mode autodiff, only adds bookkeeping to every step: the same
+# steps and states (to rounding) about 10 % faster per step on CPU (n = 256, d = 2
+# particles: 22.4 -> 20.1 µs per step; experiments/bench_compaction.py).
+SWEEP_SOLVER = diffrax.Tsit5(scan_kind="lax")
 
 
 class Runner(eqx.Module):
@@ -832,7 +838,14 @@ def _member(flow, seed, cfg: _Config):
     """Solve and classify one member (the lockstep path: the package's public solvers);
     every output is an array with no batch axis."""
     dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw = _member_setup(flow, seed, cfg)
-    solve_kw = dict(t1=cfg.t1, ts=ts, rtol=cfg.rtol, atol=cfg.atol, max_steps=cfg.max_steps)
+    solve_kw = dict(
+        t1=cfg.t1,
+        ts=ts,
+        rtol=cfg.rtol,
+        atol=cfg.atol,
+        max_steps=cfg.max_steps,
+        solver=SWEEP_SOLVER,
+    )
     if cfg.method == "ott_antonsen":
         sol = solve_ott_antonsen(
             run_flow.A, run_flow.V, R0, beta=run_flow.beta, throw=False, **solve_kw
@@ -877,7 +890,7 @@ def _member_problem(flow, seed, cfg: _Config):
     """One member's `Problem` and what `_member_finish` needs: the same problem that
     `simulate` / `solve_ott_antonsen` / `solve_watanabe_strogatz` build for `_member`."""
     dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw = _member_setup(flow, seed, cfg)
-    solver = diffrax.Tsit5()
+    solver = SWEEP_SOLVER
     if cfg.method == "ott_antonsen":
         A, V, beta = (jnp.asarray(x).astype(dtype) for x in (run_flow.A, run_flow.V, run_flow.beta))
         problem, checks = prepare_ott_antonsen(A, V, beta, R0, dtype, solver, cfg.rtol, cfg.atol)

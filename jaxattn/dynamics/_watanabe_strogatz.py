@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Complex, Float
 
+from ..sphere import _atan2
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection
 from ._segments import Problem, solve_problem
@@ -417,7 +418,7 @@ def _token_speeds(ts, zeta, Psi, psi):
         ur, ui = u(z, c, s)
         pur, pui = prev
         # arg(u' conj(u)) + ΔΨ/2, wrapped into (−π, π].
-        step = half_dPsi + jnp.arctan2(ui * pur - ur * pui, ur * pur + ui * pui)
+        step = half_dPsi + _atan2(ui * pur - ur * pui, ur * pur + ui * pui)
         step = step - 2 * jnp.pi * jnp.round(step / (2 * jnp.pi))
         return (ur, ui), jnp.mean(jnp.abs(step))
 
