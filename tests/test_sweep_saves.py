@@ -21,6 +21,7 @@ import pytest
 from jaxattn.dynamics import (
     AttentionDynamics,
     classify_tokens,
+    regime_name,
     sample_wrapped_cauchy,
     solve_watanabe_strogatz,
 )
@@ -204,3 +205,17 @@ def test_atan_based_angles_equal_atan2_and_the_geodesic_distance():
     v = v.at[0].set(-u[0]).at[1].set(u[1])
     np.testing.assert_allclose(_step_angle(u, v), geodesic_distance(u, v), rtol=1e-14, atol=1e-15)
     assert float(_step_angle(u, v)[0]) == np.pi
+
+
+def test_one_token_is_undetermined_from_the_series_too():
+    # What a sweep's judge reads (`_classify_series`) reads one token as `classify_tokens`
+    # does: a degenerate configuration, undetermined (a rotating single token used to read
+    # as "rotating" in a sweep and "undetermined" solo).
+    ts = jnp.linspace(0.0, 10.0, 41)
+    theta = 0.5 * ts
+    xs = jnp.stack([jnp.cos(theta), jnp.sin(theta)], -1)[:, None, :]
+    Q, R2 = _token_series(xs)
+    regime, _ = _classify_series(ts, Q, R2, xs[_late_start(41, 0.5, 2) :], **KW)
+    with pytest.warns(UserWarning, match="n = 1 token"):
+        solo, _ = classify_tokens(ts, xs, **KW)
+    assert regime_name(regime) == regime_name(solo) == "undetermined"

@@ -808,8 +808,14 @@ def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest
     kw = dict(window=window, cluster_tol=cluster_tol, gap_floor=gap_floor, rest_tol=rest_tol)
     if Q.shape[-1] == 2:
         speeds = _token_motion(ts[ts.shape[0] - xs_late.shape[0] :], xs_late)
-        return _classify_circle(ts, R2, gap, speeds, xs_late[-1], **kw)
-    return _classify_moment(ts, Q, gap, xs_late, **kw)
+        regime, evidence = _classify_circle(ts, R2, gap, speeds, xs_late[-1], **kw)
+    else:
+        regime, evidence = _classify_moment(ts, Q, gap, xs_late, **kw)
+    if xs_late.shape[-2] == 1:
+        # One token is a degenerate configuration, not a cluster (`classify_tokens` warns):
+        # undetermined here too, so that a sweep member reads as its solo run.
+        regime = REGIMES.where(jnp.ones((), bool), REGIMES.undetermined, regime)
+    return regime, evidence
 
 
 # ----------------------------------------------------------------------------- public
@@ -1110,9 +1116,7 @@ def classify_tokens(
         gap_floor=gap_floor,
         rest_tol=rest_tol,
     )
-    if xs.shape[1] == 1:  # degenerate: see the warning above
-        regime = REGIMES.where(jnp.ones((), bool), REGIMES.undetermined, regime)
-    return regime, evidence
+    return regime, evidence  # n = 1: undetermined (`_classify_series`; warned above)
 
 
 @functools.partial(jax.jit, static_argnames=("window", "gap_floor", "rest_tol"))
