@@ -219,3 +219,14 @@ def test_one_token_is_undetermined_from_the_series_too():
     with pytest.warns(UserWarning, match="n = 1 token"):
         solo, _ = classify_tokens(ts, xs, **KW)
     assert regime_name(regime) == regime_name(solo) == "undetermined"
+
+
+def test_the_reductions_refuse_a_nonpositive_beta_as_simulate_does():
+    from jaxattn.dynamics import solve_ott_antonsen
+
+    theta = sample_wrapped_cauchy(jax.random.key(2), 8, 0.1 + 0j)
+    for beta in (-1.0, 0.0):
+        with pytest.raises(ValueError, match="beta is an inverse temperature and must be > 0"):
+            solve_ott_antonsen(jnp.eye(2), jnp.eye(2), 0.1 + 0j, beta=beta, t1=1.0)
+        with pytest.raises(ValueError, match="beta is an inverse temperature and must be > 0"):
+            solve_watanabe_strogatz(jnp.eye(2), jnp.eye(2), theta, beta=beta, t1=1.0)

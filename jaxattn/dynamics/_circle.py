@@ -44,6 +44,11 @@ def _check_scalar(where: str, name: str, x, *, positive: bool = False):
         v = np.asarray(x)
         if not np.all(np.isfinite(v)):
             raise ValueError(f"{where}: {name} is not finite ({v}).")
+        if positive and not np.all(v > 0):
+            raise ValueError(
+                f"{where}: {name} is an inverse temperature and must be > 0, got {v} (as "
+                "AttentionDynamics and simulate refuse it; for β < 0 pass −A)."
+            )
     return x
 
 

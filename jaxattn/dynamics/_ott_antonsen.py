@@ -185,9 +185,10 @@ def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
     """Shapes and (concrete) values of the Ott–Antonsen inputs, shared by the solver and
     the Lyapunov spectrum. **Returns:** `(A, V, beta, R0, dtype)` with `dtype` their common
     real floating dtype. **Raises:** `ValueError` prefixed with `where` for non-2×2
-    matrices, a non-scalar `beta`/`R0`, or a concrete non-finite `R0` or `|R0| > 1`."""
+    matrices, a non-scalar `beta`/`R0`, a concrete `beta ≤ 0`, or a concrete non-finite `R0`
+    or `|R0| > 1`."""
     A, V = _check_2x2(where, A=A, V=V)
-    beta = _check_scalar(where, "beta", beta)
+    beta = _check_scalar(where, "beta", beta, positive=True)
     R0 = jnp.asarray(R0)
     if R0.ndim != 0:
         raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
@@ -249,7 +250,8 @@ def solve_ott_antonsen(
     **Returns:** an `OttAntonsenSolution` (`R` complex of shape `(times,)`).
 
     **Raises:** `ValueError` if `A` or `V` is not 2×2, `beta` or `R0` is not a scalar, `ts`
-    is not 1-d, or (concrete values) anything is non-finite or `|R0| > 1`. Under `jit`/`vmap`
+    is not 1-d, or (concrete values) anything is non-finite, `beta ≤ 0` (an inverse
+    temperature, refused as `simulate` refuses it) or `|R0| > 1`. Under `jit`/`vmap`
     a non-finite argument gives `R = NaN` and `result = RESULTS.nonfinite_argument`,
     `|R0| > 1` gives `R = NaN` and `RESULTS.outside_disc`; `max_steps` gives
     `RESULTS.max_steps_reached`.

@@ -603,7 +603,8 @@ def solve_watanabe_strogatz(
     **Returns:** a `WatanabeStrogatzSolution`.
 
     **Raises:** `ValueError` as `watanabe_strogatz_constants` and for `A`, `V` not 2×2 or
-    non-finite (concrete). Under `jit`/`vmap`: non-finite arguments give
+    non-finite, or `beta ≤ 0` (concrete; an inverse temperature, as `simulate` refuses
+    it). Under `jit`/`vmap`: non-finite arguments give
     `RESULTS.nonfinite_argument`, a degenerate set (no barycentre) gives
     `RESULTS.degenerate_configuration`, with NaN outputs; raised when `throw=True`.
 
@@ -613,7 +614,7 @@ def solve_watanabe_strogatz(
     """
     where = "solve_watanabe_strogatz"
     A, V = _check_2x2(where, A=A, V=V)
-    beta = _check_scalar(where, "beta", beta)
+    beta = _check_scalar(where, "beta", beta, positive=True)
     theta0 = _check_angles(where, "theta0", theta0)
     dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, theta0.dtype, float)
     consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=max_iter)
