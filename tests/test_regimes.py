@@ -13,6 +13,7 @@ from jaxattn.dynamics._regimes import (
     REGIMES,
     classify_order_parameter,
     classify_regime,
+    classify_tokens,
     cluster_structure,
     clustering_gap,
     decision_margin,
@@ -89,6 +90,19 @@ def test_order_parameter_bad_input():
         classify_order_parameter(t, jnp.ones(20, complex), window=0.2)
     with pytest.raises(ValueError, match="expected a Trajectory"):
         classify_regime(np.zeros((20, 3, 2)))
+    # R₂ is complex and a mean of unit phasors: a real series or |R₂| > 1 is refused, with
+    # the save where it happens; |R₂| = 1 (a cluster) and solver noise just above it are not.
+    with pytest.raises(ValueError, match="must be complex"):
+        classify_order_parameter(t, jnp.ones(20))
+    R = jnp.full(20, 0.5 + 0j).at[13].set(1.5j)
+    with pytest.raises(ValueError, match=r"\|R₂\| = 1.5 > 1 at save 13"):
+        classify_order_parameter(t, R)
+    regime, _ = classify_order_parameter(t, jnp.full(20, 1 + 1e-9 + 0j))
+    assert regime == REGIMES.clustering
+    # a token of zero norm is not a point of the sphere
+    xs = jnp.tile(jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), (20, 1, 1))
+    with pytest.raises(ValueError, match="token 1 has zero norm at save 4"):
+        classify_tokens(t, xs.at[4, 1].set(0.0))
 
 
 def test_clustering_gap_is_one_minus_R2_squared_in_d2(getkey):

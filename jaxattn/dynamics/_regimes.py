@@ -180,6 +180,44 @@ def _check_times(where, ts):
         raise ValueError(f"{where}: ts must be finite and strictly increasing.")
 
 
+def _check_order_parameter(where, R2):
+    """An order parameter is complex and a mean of unit phasors, `|R₂| ≤ 1`: a real
+    series (the phase is lost) or a concrete one leaving the unit disc beyond solver noise
+    (a wrong normalisation) is refused. Non-finite entries are left to the classifier (a
+    failed run reads undetermined); traced values can't be checked."""
+    if not jnp.issubdtype(R2.dtype, jnp.complexfloating):
+        raise ValueError(
+            f"{where}: R2 must be complex, R₂ = (1/n) Σ exp(2iθ_j); got dtype {R2.dtype}."
+        )
+    try:
+        r = np.abs(np.asarray(R2))
+    except Exception:  # traced
+        return
+    r = np.where(np.isfinite(r), r, 0.0)
+    i = int(np.argmax(r))
+    if r.size and r[i] > 1 + 1e-3:
+        raise ValueError(
+            f"{where}: |R₂| = {r[i]:.6g} > 1 at save {i}; an order parameter is a mean of "
+            f"unit phasors (|R₂| ≤ 1)."
+        )
+
+
+def _check_tokens_nonzero(where, xs):
+    """Concrete tokens must have nonzero norm (they are points of the sphere, normalised
+    here); traced ones can't be checked. Non-finite tokens are left to the classifier."""
+    try:
+        norms = np.linalg.norm(np.asarray(xs), axis=-1)
+    except Exception:  # traced
+        return
+    zero = np.argwhere(norms == 0)
+    if zero.size:
+        t, k = (int(v) for v in zero[0])
+        raise ValueError(
+            f"{where}: token {k} has zero norm at save {t} ({zero.shape[0]} zero tokens in "
+            f"all); tokens are points of the unit sphere."
+        )
+
+
 def default_gap_floor(dtype) -> float:
     """Default clustering-gap floor of the classifiers: `max(sqrt(eps), 1e-6)`.
 
@@ -968,7 +1006,8 @@ def classify_order_parameter(
     (`num_clusters` and `antipodal_pairs` are `-1`: not measurable from `R₂`).
 
     **Raises:** `ValueError` for mismatched shapes, concrete `ts` that are not finite and
-    strictly increasing, or a window with fewer than 9 samples.
+    strictly increasing, a real-valued `R2`, a concrete `R2` with `|R₂| > 1 + 1e-3` (not a
+    mean of unit phasors), or a window with fewer than 9 samples.
 
     Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
     Transformers* (2026), regimes of the order parameter `R₂`.
@@ -981,6 +1020,7 @@ def classify_order_parameter(
             f"ts {ts.shape} and R2 {R2.shape}."
         )
     _check_times("classify_order_parameter", ts)
+    _check_order_parameter("classify_order_parameter", R2)
     rdtype = jnp.real(R2).dtype
     ts = ts.astype(rdtype)
     re, im = jnp.real(R2), jnp.imag(R2)
@@ -1049,7 +1089,7 @@ def classify_regime(
     **Returns:** `(regime, evidence)`: a `REGIMES` item and a `RegimeEvidence`.
 
     **Raises:** `ValueError` if `trajectory` is not a `Trajectory`, its times are not strictly
-    increasing, it has no tokens, or the window is too short.
+    increasing, it has no tokens, a concrete token has zero norm, or the window is too short.
 
     Source: Li et al. (2026), regimes Type 1–3; Geshkovski et al., arXiv 2312.10794
     (clustering in any d).
@@ -1102,6 +1142,7 @@ def classify_tokens(
     if not jnp.issubdtype(xs.dtype, jnp.floating):
         raise ValueError(f"{where}: xs must be real floating point, got dtype {xs.dtype}.")
     _check_times(where, ts)
+    _check_tokens_nonzero(where, xs)
     ts = ts.astype(xs.dtype)
     d = xs.shape[-1]
     xs = normalise(xs)
