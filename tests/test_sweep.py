@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 
 from jaxattn.dynamics import (
     AttentionDynamics,
+    Members,
     classify_order_parameter,
     classify_regime,
     classify_tokens,
@@ -94,6 +96,14 @@ def test_sweep_member_equals_its_hand_made_run(three_methods):
     # classifiers: the sweep runs exactly these, member by member.
     R0, th = _member_tokens(3, 64)
     x0 = jnp.stack([jnp.cos(th), jnp.sin(th)], -1)
+    # the public accessor draws the same state (every member has seed 3 here)
+    flows = eqx.filter_vmap(lambda a, v: AttentionDynamics(a, v))(CASES_A, CASES_V)
+    members = Members(flows, seeds=3, n=64)
+    assert np.array_equal(members.initial_state(2), x0)
+    oa_members = Members(flows, seeds=3, n=64, method="ott_antonsen")
+    assert oa_members.initial_state(4) == R0
+    with pytest.raises(ValueError, match="member 5 of a batch of 5"):
+        members.initial_state(5)
     p = three_methods["particles"]
     rate = float(p.rate[2])
     assert abs(rate - np.linalg.norm(CASES_V[2], 2)) < 1e-12

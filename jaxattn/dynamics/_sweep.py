@@ -82,9 +82,11 @@ import hashlib
 import io
 import json
 import math
+import operator
 import os
 import re
 import time
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -253,8 +255,9 @@ class Members(eqx.Module):
       flow shared by all members (`batched=False`; members then differ by seed only).
       For a batch of `AttentionDynamics`, `A`, `V` have shape `(batch, d, d)` and `beta`,
       `score_shift` shape `(batch,)`.
-    - `seeds`: int or `(batch,)` ints in `[0, 2³²)`; member `i` draws its initial tokens
-      with `jax.random.key(seeds[i])`.
+    - `seeds`: int or `(batch,)` ints in `[0, 2³²)`; member `i`'s initial state comes
+      from `jax.random.key(seeds[i])`, split into a key for `R₂(0)` and one for the tokens
+      (what a callable `init` receives). `Members.initial_state(i)` returns it.
     - `n`: tokens per member.
     - `method`: `"particles"` (any flow, any d), `"ott_antonsen"` or `"watanabe_strogatz"`
       (the d = 2 LSA reductions: the flow must be an LSA `AttentionDynamics` with d = 2).
@@ -402,6 +405,32 @@ class Members(eqx.Module):
     def size(self) -> int:
         """Number of members."""
         return int(self.seeds.shape[0])
+
+    def initial_state(self, i: int, dtype=None) -> jax.Array:
+        r"""Member `i`'s initial state exactly as the sweep draws it: tokens `x0` of shape
+        `(n, d)` (particles, Watanabe–Strogatz: the points whose angles it reduces), or the
+        complex `R₂(0)` (Ott–Antonsen). Solve it with `simulate` (or the reductions) to
+        reproduce that member alone.
+
+        **Arguments:** `i`, the member's flat index in `[0, size)`; `dtype`, the real
+        floating dtype the member runs in (default: the flow's, as the sweep without
+        `Integration(dtype=...)`). The draws depend on the dtype.
+
+        **Raises:** `ValueError` for an index out of range.
+        """
+        i = operator.index(i)
+        if not 0 <= i < self.size:
+            raise ValueError(f"Members.initial_state: member {i} of a batch of {self.size}.")
+        if dtype is None:
+            leaves = [x for x in jax.tree_util.tree_leaves(self.flow) if eqx.is_array(x)]
+            dtype = jnp.result_type(*leaves) if leaves else jnp.result_type(float)
+            if not jnp.issubdtype(dtype, jnp.floating):
+                dtype = jnp.result_type(float)
+        law = types.SimpleNamespace(
+            method=self.method, init=self.init, r0=self.r0, n=self.n, d=self.d
+        )
+        x0, _, R0 = _initial_state(None, jax.random.key(self.seeds[i]), law, jnp.dtype(dtype))
+        return R0 if self.method == "ott_antonsen" else x0
 
 
 class Integration(eqx.Module):
