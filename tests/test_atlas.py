@@ -147,6 +147,26 @@ def test_decay_fits_recovers_exact_laws():
     assert decay_fits(t, np.ones_like(t)) == dict(points=0)
 
 
+def test_direction_spread_is_sin_squared_down_to_tiny_angles():
+    from jaxattn.dynamics import direction_spread
+
+    # two tokens at angles ±φ (any radii): mean direction (cos φ, 0), V = sin²φ exactly,
+    # resolved far below rounding of 1 − |mean|²; exact consensus gives 0, never < 0
+    phi = np.array([0.3, 1e-4, 1e-9, 1e-12, 0.0])
+    xs = np.stack(
+        [np.stack([np.cos(phi), np.sin(phi)], -1), 7.0 * np.stack([np.cos(phi), -np.sin(phi)], -1)],
+        axis=1,
+    )
+    V = direction_spread(xs)
+    np.testing.assert_allclose(V[:-1], np.sin(phi[:-1]) ** 2, rtol=1e-12)
+    assert V[-1] == 0.0
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=(3, 50, 4))
+    theta /= np.linalg.norm(theta, axis=-1, keepdims=True)
+    V = direction_spread(theta * rng.uniform(0.5, 2.0, size=(3, 50, 1)))
+    np.testing.assert_allclose(V, 1 - np.sum(theta.mean(1) ** 2, -1), rtol=1e-13)
+
+
 def _check_flow_families_section(rep, md, out_dir):
     ff = {r["flow"]: r for r in rep["flow_families"]["rows"]}
     for x in ff["Post-LN"]["seeds"] + ff["nGPT"]["seeds"]:
