@@ -165,6 +165,19 @@ def test_direction_spread_is_sin_squared_down_to_tiny_angles():
     theta /= np.linalg.norm(theta, axis=-1, keepdims=True)
     V = direction_spread(theta * rng.uniform(0.5, 2.0, size=(3, 50, 1)))
     np.testing.assert_allclose(V, 1 - np.sum(theta.mean(1) ** 2, -1), rtol=1e-13)
+    # any finite nonzero radius (no overflow of the norm); no direction is refused by name
+    e = np.array([[[1.0, 0.0], [0.0, 1.0]]])
+    for r in (1e-300, 1e155, 1e300):
+        np.testing.assert_allclose(direction_spread(r * e), [0.5], rtol=1e-15)
+    with pytest.raises(ValueError, match="token 1 at save 0 is zero"):
+        direction_spread(e * np.array([1.0, 0.0])[:, None])
+    # a save with a non-finite token (a failed solve's tail) reads NaN, the others stay
+    V = direction_spread(np.concatenate([e, np.array([[[np.inf, 0.0], [0.0, np.nan]]])]))
+    assert V[0] == 0.5 and np.isnan(V[1])
+    with pytest.raises(ValueError, match="n >= 1"):
+        direction_spread(np.zeros((2, 0, 2)))
+    with pytest.raises(ValueError, match="real numbers"):
+        direction_spread(e.astype(complex))
 
 
 def _check_flow_families_section(rep, md, out_dir):

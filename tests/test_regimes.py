@@ -103,6 +103,14 @@ def test_order_parameter_bad_input():
     xs = jnp.tile(jnp.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]]), (20, 1, 1))
     with pytest.raises(ValueError, match="token 1 has zero norm at save 4"):
         classify_tokens(t, xs.at[4, 1].set(0.0))
+    # settings are refused by name, as the sweep refuses them; so is an empty series
+    for kw, word in ((dict(gap_floor=-1.0), "gap_floor"), (dict(rest_tol=np.nan), "rest_tol")):
+        with pytest.raises(ValueError, match=f"classify_order_parameter: {word} must be"):
+            classify_order_parameter(t, jnp.full(20, 0.5 + 0j), **kw)
+        with pytest.raises(ValueError, match=f"classify_tokens: {word} must be"):
+            classify_tokens(t, xs, **kw)
+    with pytest.raises(ValueError, match="classify_order_parameter: the late window holds 0"):
+        classify_order_parameter(jnp.zeros(0), jnp.zeros(0, complex))
 
 
 def test_clustering_gap_is_one_minus_R2_squared_in_d2(getkey):

@@ -102,8 +102,12 @@ def test_sweep_member_equals_its_hand_made_run(three_methods):
     assert np.array_equal(members.initial_state(2), x0)
     oa_members = Members(flows, seeds=3, n=64, method="ott_antonsen")
     assert oa_members.initial_state(4) == R0
-    with pytest.raises(ValueError, match="member 5 of a batch of 5"):
+    with pytest.raises(ValueError, match=r"member 5 is not in \[0, 5\)"):
         members.initial_state(5)
+    with pytest.raises(ValueError, match="must be an int"):
+        members.initial_state(True)
+    with pytest.raises(ValueError, match="real floating point, got int32"):
+        members.initial_state(0, dtype=jnp.int32)
     p = three_methods["particles"]
     rate = float(p.rate[2])
     assert abs(rate - np.linalg.norm(CASES_V[2], 2)) < 1e-12

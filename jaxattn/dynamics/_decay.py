@@ -14,22 +14,38 @@ def direction_spread(xs) -> np.ndarray:
     r"""The spread of the token directions, `V(t) = 1 − |(1/n) Σ_k θ_k(t)|²` with
     `θ_k = x_k/|x_k|` (zero exactly when every token points the same way).
 
-    **Arguments:** `xs` tokens of shape `(times, n, d)` (any radius: Pre-LN states too).
-
     Computed as the directions' variance about their mean, `(1/n) Σ_k |θ_k − θ̄|²` (equal
     to `1 − |θ̄|²` for unit `θ_k`): never negative, zero at exact consensus, and accurate far
-    below `1e-16`, where `1 − |θ̄|²` is rounding.
+    below `1e-16`, where `1 − |θ̄|²` is rounding. Each token is scaled by its largest
+    component before normalising, so any finite nonzero radius works (1e-300 to 1e300).
 
-    **Arguments:** `xs` tokens of shape `(times, n, d)` (any radius: Pre-LN states too).
+    **Arguments:** `xs` real tokens of shape `(times, n, d)`, `n ≥ 1` (any radius: Pre-LN
+    states too).
 
-    **Returns:** `V` of shape `(times,)` (NumPy, float64).
+    **Returns:** `V` of shape `(times,)` (NumPy, float64); NaN at a save where a token is
+    not finite (the tail of a failed solve).
+
+    **Raises:** `ValueError` for another shape, `n = 0`, a complex or non-numeric dtype, or
+    a zero token (no direction), naming the first such token.
     """
-    xs = np.asarray(xs, np.float64)
-    if xs.ndim != 3:
-        raise ValueError(f"direction_spread: xs must have shape (times, n, d), got {xs.shape}.")
-    theta = xs / np.linalg.norm(xs, axis=-1, keepdims=True)
+    xs = np.asarray(xs)
+    if xs.ndim != 3 or xs.shape[1] == 0:
+        raise ValueError(
+            f"direction_spread: xs must have shape (times, n, d) with n >= 1, got {xs.shape}."
+        )
+    if not (np.issubdtype(xs.dtype, np.floating) or np.issubdtype(xs.dtype, np.integer)):
+        raise ValueError(f"direction_spread: xs must be real numbers, got dtype {xs.dtype}.")
+    xs = xs.astype(np.float64)
+    scale = np.max(np.abs(xs), axis=-1, keepdims=True)
+    zero = np.argwhere(scale[..., 0] == 0)
+    if zero.size:
+        t, k = (int(v) for v in zero[0])
+        raise ValueError(f"direction_spread: token {k} at save {t} is zero (no direction).")
+    finite = np.all(np.isfinite(xs), axis=(1, 2))
+    theta = np.where(finite[:, None, None], xs, 1.0) / np.where(np.isfinite(scale), scale, 1.0)
+    theta /= np.linalg.norm(theta, axis=-1, keepdims=True)
     dev = theta - np.mean(theta, axis=1, keepdims=True)
-    return np.mean(np.sum(dev * dev, axis=-1), axis=1)
+    return np.where(finite, np.mean(np.sum(dev * dev, axis=-1), axis=1), np.nan)
 
 
 def _fit(x, y):

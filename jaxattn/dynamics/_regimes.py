@@ -194,8 +194,10 @@ def _check_order_parameter(where, R2):
     except Exception:  # traced
         return
     r = np.where(np.isfinite(r), r, 0.0)
+    if r.size == 0:
+        return  # the window check names the missing samples
     i = int(np.argmax(r))
-    if r.size and r[i] > 1 + 1e-3:
+    if r[i] > 1 + 1e-3:
         raise ValueError(
             f"{where}: |R₂| = {r[i]:.6g} > 1 at save {i}; an order parameter is a mean of "
             f"unit phasors (|R₂| ≤ 1)."
@@ -206,15 +208,15 @@ def _check_tokens_nonzero(where, xs):
     """Concrete tokens must have nonzero norm (they are points of the sphere, normalised
     here); traced ones can't be checked. Non-finite tokens are left to the classifier."""
     try:
-        norms = np.linalg.norm(np.asarray(xs), axis=-1)
+        x = np.asarray(xs)
     except Exception:  # traced
         return
-    zero = np.argwhere(norms == 0)
+    zero = np.argwhere(np.sum(x * x, axis=-1) == 0)  # as `normalise` sees it
     if zero.size:
         t, k = (int(v) for v in zero[0])
         raise ValueError(
-            f"{where}: token {k} has zero norm at save {t} ({zero.shape[0]} zero tokens in "
-            f"all); tokens are points of the unit sphere."
+            f"{where}: token {k} has zero norm at save {t}, or one whose square underflows "
+            f"({zero.shape[0]} such tokens in all); tokens are points of the unit sphere."
         )
 
 
@@ -226,6 +228,31 @@ def default_gap_floor(dtype) -> float:
     "on the circle". The sweep uses `max(default_gap_floor, 10 rtol)`.
     """
     return max(float(np.sqrt(np.finfo(dtype).eps)), 1e-6)
+
+
+def _positive(where, name, value, *, allow_none=False):
+    """A concrete, finite, positive number (not a bool), as a float; `None` if allowed."""
+    if value is None and allow_none:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
+    if isinstance(value, bool) or not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
+    return v
+
+
+def _check_classifier_settings(where, num_times, window, gap_floor, rest_tol):
+    """The public classifiers' settings, refused by name (traced tolerances can't be
+    checked: the atlas passes one computed under `jit`)."""
+    for name, value in (("gap_floor", gap_floor), ("rest_tol", rest_tol)):
+        if not isinstance(value, jax.core.Tracer):
+            _positive(where, name, value, allow_none=True)
+    try:
+        _window_start(num_times, window)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
 
 
 def _window_start(num_times: int, window: float) -> int:
@@ -1020,6 +1047,9 @@ def classify_order_parameter(
             f"ts {ts.shape} and R2 {R2.shape}."
         )
     _check_times("classify_order_parameter", ts)
+    _check_classifier_settings(
+        "classify_order_parameter", ts.shape[0], window, gap_floor, rest_tol
+    )
     _check_order_parameter("classify_order_parameter", R2)
     rdtype = jnp.real(R2).dtype
     ts = ts.astype(rdtype)
@@ -1142,6 +1172,7 @@ def classify_tokens(
     if not jnp.issubdtype(xs.dtype, jnp.floating):
         raise ValueError(f"{where}: xs must be real floating point, got dtype {xs.dtype}.")
     _check_times(where, ts)
+    _check_classifier_settings(where, ts.shape[0], window, gap_floor, rest_tol)
     _check_tokens_nonzero(where, xs)
     ts = ts.astype(xs.dtype)
     d = xs.shape[-1]

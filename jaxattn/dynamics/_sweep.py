@@ -113,6 +113,7 @@ from ._regimes import (
     _classify_series,
     _gap_from_moment,
     _late_start,
+    _positive,
     _tail_start,
     _token_series,
     _token_series_token_major,
@@ -207,18 +208,6 @@ def natural_rate(A, V, beta, kernel: str = "lsa", score_shift=0.0):
     substitution `V → V/r` (the field is linear in `V`).
     """
     return kernel_rate(A, V, beta, kernel, score_shift)
-
-
-def _positive(where, name, value, *, allow_none=False):
-    if value is None and allow_none:
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
-    if isinstance(value, bool) or not (np.isfinite(v) and v > 0):
-        raise ValueError(f"{where}: {name} must be a finite positive number, got {value!r}.")
-    return v
 
 
 def _count(where, name, value, lo=1):
@@ -409,23 +398,39 @@ class Members(eqx.Module):
     def initial_state(self, i: int, dtype=None) -> jax.Array:
         r"""Member `i`'s initial state exactly as the sweep draws it: tokens `x0` of shape
         `(n, d)` (particles, Watanabe–Strogatz: the points whose angles it reduces), or the
-        complex `R₂(0)` (Ott–Antonsen). Solve it with `simulate` (or the reductions) to
-        reproduce that member alone.
+        complex `R₂(0)` (Ott–Antonsen).
+
+        To reproduce the member alone, solve its flow from this state with `simulate` (or
+        the reductions) at the sweep's tolerances. In physical time the sweep solves the
+        flow itself; in natural time (`Integration`'s default) it solves it in the time
+        `s = r t`, `r = flow.natural_rate(x0)` (`SweepResult.rate`): for
+        `AttentionDynamics` the flow with `V / r`, to `s = t1`.
 
         **Arguments:** `i`, the member's flat index in `[0, size)`; `dtype`, the real
         floating dtype the member runs in (default: the flow's, as the sweep without
         `Integration(dtype=...)`). The draws depend on the dtype.
 
-        **Raises:** `ValueError` for an index out of range.
+        **Raises:** `ValueError` for an index out of range or a bool, or a dtype that is not
+        real floating point; `TypeError` for a non-integer index.
         """
+        if isinstance(i, (bool, np.bool_)):
+            raise ValueError(f"Members.initial_state: the member index must be an int, got {i}.")
         i = operator.index(i)
         if not 0 <= i < self.size:
-            raise ValueError(f"Members.initial_state: member {i} of a batch of {self.size}.")
+            raise ValueError(
+                f"Members.initial_state: member {i} is not in [0, {self.size}) "
+                f"(a batch of {self.size})."
+            )
         if dtype is None:
             leaves = [x for x in jax.tree_util.tree_leaves(self.flow) if eqx.is_array(x)]
             dtype = jnp.result_type(*leaves) if leaves else jnp.result_type(float)
             if not jnp.issubdtype(dtype, jnp.floating):
                 dtype = jnp.result_type(float)
+        elif not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
+            raise ValueError(
+                f"Members.initial_state: dtype must be real floating point, got "
+                f"{jnp.dtype(dtype)}."
+            )
         law = types.SimpleNamespace(
             method=self.method, init=self.init, r0=self.r0, n=self.n, d=self.d
         )
