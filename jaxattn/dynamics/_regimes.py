@@ -1047,9 +1047,7 @@ def classify_order_parameter(
             f"ts {ts.shape} and R2 {R2.shape}."
         )
     _check_times("classify_order_parameter", ts)
-    _check_classifier_settings(
-        "classify_order_parameter", ts.shape[0], window, gap_floor, rest_tol
-    )
+    _check_classifier_settings("classify_order_parameter", ts.shape[0], window, gap_floor, rest_tol)
     _check_order_parameter("classify_order_parameter", R2)
     rdtype = jnp.real(R2).dtype
     ts = ts.astype(rdtype)

@@ -428,8 +428,7 @@ class Members(eqx.Module):
                 dtype = jnp.result_type(float)
         elif not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
             raise ValueError(
-                f"Members.initial_state: dtype must be real floating point, got "
-                f"{jnp.dtype(dtype)}."
+                f"Members.initial_state: dtype must be real floating point, got {jnp.dtype(dtype)}."
             )
         law = types.SimpleNamespace(
             method=self.method, init=self.init, r0=self.r0, n=self.n, d=self.d
