@@ -100,6 +100,12 @@ def test_sweep_member_equals_its_hand_made_run(three_methods):
     flows = eqx.filter_vmap(lambda a, v: AttentionDynamics(a, v))(CASES_A, CASES_V)
     members = Members(flows, seeds=3, n=64)
     assert np.array_equal(members.initial_state(2), x0)
+    # a float32 flow is swept in JAX's default float (float64 here), and drawn in it
+    flows32 = jax.tree_util.tree_map(
+        lambda a: a.astype(jnp.float32) if eqx.is_array(a) else a, flows
+    )
+    x0_32 = Members(flows32, seeds=3, n=64).initial_state(2)
+    assert x0_32.dtype == jnp.float64 and np.array_equal(x0_32, x0)
     oa_members = Members(flows, seeds=3, n=64, method="ott_antonsen")
     assert oa_members.initial_state(4) == R0
     with pytest.raises(ValueError, match=r"member 5 is not in \[0, 5\)"):

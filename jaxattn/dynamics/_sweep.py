@@ -86,7 +86,6 @@ import operator
 import os
 import re
 import time
-import types
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -407,8 +406,9 @@ class Members(eqx.Module):
         `AttentionDynamics` the flow with `V / r`, to `s = t1`.
 
         **Arguments:** `i`, the member's flat index in `[0, size)`; `dtype`, the real
-        floating dtype the member runs in (default: the flow's, as the sweep without
-        `Integration(dtype=...)`). The draws depend on the dtype.
+        floating dtype the member runs in (default: JAX's default float, the dtype of a sweep
+        without `Integration(dtype=...)`, whatever the flow's own dtype). The draws depend on
+        the dtype.
 
         **Raises:** `ValueError` for an index out of range or a bool, or a dtype that is not
         real floating point; `TypeError` for a non-integer index.
@@ -421,19 +421,13 @@ class Members(eqx.Module):
                 f"Members.initial_state: member {i} is not in [0, {self.size}) "
                 f"(a batch of {self.size})."
             )
-        if dtype is None:
-            leaves = [x for x in jax.tree_util.tree_leaves(self.flow) if eqx.is_array(x)]
-            dtype = jnp.result_type(*leaves) if leaves else jnp.result_type(float)
-            if not jnp.issubdtype(dtype, jnp.floating):
-                dtype = jnp.result_type(float)
+        if dtype is None:  # as `Integration.resolved_dtype`: the sweep casts the flow to it
+            dtype = jnp.result_type(float)
         elif not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
             raise ValueError(
                 f"Members.initial_state: dtype must be real floating point, got {jnp.dtype(dtype)}."
             )
-        law = types.SimpleNamespace(
-            method=self.method, init=self.init, r0=self.r0, n=self.n, d=self.d
-        )
-        x0, _, R0 = _initial_state(None, jax.random.key(self.seeds[i]), law, jnp.dtype(dtype))
+        x0, _, R0 = _initial_state(jax.random.key(self.seeds[i]), self, jnp.dtype(dtype))
         return R0 if self.method == "ott_antonsen" else x0
 
 
@@ -741,8 +735,9 @@ class _TimeRescaled(eqx.Module):
         return self.flow(t / self.rate, x, args) / self.rate
 
 
-def _initial_state(flow, key, cfg: _Config, dtype):
-    """Initial tokens (or None for OA), their angles (d = 2 laws) and R₂(0)."""
+def _initial_state(key, cfg: _Config | Members, dtype):
+    """Initial tokens (or None for OA), their angles (d = 2 laws) and R₂(0). `cfg` gives the
+    law: `method`, `init`, `r0`, `n`, `d` (a `_Config`, or the `Members` it was made from)."""
     k_phase, k_tokens = jax.random.split(key)
     if cfg.init == "disc":
         k_phase, k_rad = jax.random.split(k_phase)
@@ -780,7 +775,7 @@ def _member_setup(flow, seed, cfg: _Config):
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.result_type(float)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
-    x0, theta0, R0 = _initial_state(flow, jax.random.key(seed), cfg, dtype)
+    x0, theta0, R0 = _initial_state(jax.random.key(seed), cfg, dtype)
     rate = _member_rate(flow, x0, cfg, dtype)
     if isinstance(flow, AttentionDynamics) and getattr(flow, "normalisation", None) != "ngpt":
         # The field is linear in V: V → V/r is exactly the time rescaling.
@@ -1604,7 +1599,7 @@ def _check_first_member(members: Members, flow, cfg: _Config, dtype) -> None:
     )
     manifold = flow_manifold(flow0)
     try:
-        x0, _, _ = _initial_state(flow0, jax.random.key(members.seeds[0]), cfg, dtype)
+        x0, _, _ = _initial_state(jax.random.key(members.seeds[0]), cfg, dtype)
     except Exception as err:
         if not callable(cfg.init):
             raise
