@@ -47,5 +47,14 @@ def main(argv=None) -> int:
         return 2
 
 
+def run() -> int:
+    """The `jaxattn` program: XLA's elemental CPU emitters (faster compiles, see
+    `prefer_fast_cpu_compiles`; an `XLA_FLAGS` naming the flag wins), then `main`."""
+    from ._xla_flags import prefer_fast_cpu_compiles
+
+    prefer_fast_cpu_compiles()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -1,6 +1,13 @@
 import jax
 import pytest
 
+import jaxattn
+
+# XLA's elemental CPU emitters, as the `jaxattn` command uses them: compilation is most of the
+# suite's time and they compile sweeps in ~0.7x the time (experiments/bench_compile.py).
+# Subprocesses (the command line, notebooks) inherit the flag; an XLA_FLAGS naming it wins.
+jaxattn.prefer_fast_cpu_compiles()
+
 # Tests run in float64 where accuracy is the point; the package itself never flips this.
 jax.config.update("jax_enable_x64", True)
 

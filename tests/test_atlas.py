@@ -263,3 +263,30 @@ def _check_trained_operator_section(rep, md, out_dir):
         late["heads summed"]["V_norm"], float(jnp.linalg.norm(o.V.sum(0), 2))
     )
     assert os.path.getsize(op["figure"]) > 10_000
+
+
+def test_prefer_fast_cpu_compiles_adds_the_flag_once_and_keeps_a_users_choice():
+    import jax.numpy as jnp
+
+    from jaxattn import prefer_fast_cpu_compiles
+    from jaxattn._xla_flags import ELEMENTAL_CPU_EMITTERS
+
+    jnp.zeros(1).block_until_ready()  # this process's backends have started: nothing changes
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert not prefer_fast_cpu_compiles(env) and "emitters" not in env["XLA_FLAGS"]
+    # A fresh process: the flag is appended once; a user's own setting of it is kept.
+    code = (
+        "import os, jaxattn; env = {}; print(jaxattn.prefer_fast_cpu_compiles(env), "
+        "jaxattn.prefer_fast_cpu_compiles(env), repr(env['XLA_FLAGS'])); "
+        "user = {'XLA_FLAGS': '--xla_cpu_use_fusion_emitters=true "
+        "--xla_cpu_enable_fast_math=false'}; "
+        "print(jaxattn.prefer_fast_cpu_compiles(user), repr(user['XLA_FLAGS']))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = out.stdout.strip().splitlines()
+    assert first == f"True False {ELEMENTAL_CPU_EMITTERS!r}"
+    assert second == "False '--xla_cpu_use_fusion_emitters=true --xla_cpu_enable_fast_math=false'"
+    # The test suite runs with it (conftest), as the `jaxattn` command does.
+    assert ELEMENTAL_CPU_EMITTERS in os.environ.get("XLA_FLAGS", "") or (
+        "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "")
+    )
