@@ -6,7 +6,7 @@ Question: compilation dominates the test suite and first calls on a laptop CPU (
 compile listener measured 55 % of all in-process test time in XLA's backend compiler on
 2026-12-03). What does the emitter choice buy in compile time, and what does it cost or buy
 in run time? The numbers decide whether `jaxattn`'s command line (and the tests) turn the
-elemental emitters on (`jaxattn.xla_cpu_flags`).
+elemental emitters on (`jaxattn.prefer_fast_cpu_compiles`).
 
 Each configuration runs in its own subprocess (XLA reads `XLA_FLAGS` once, when the CPU
 backend starts); configurations alternate over `--rounds` rounds so that load from other

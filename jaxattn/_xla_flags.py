@@ -14,27 +14,45 @@ def prefer_fast_cpu_compiles(environ: MutableMapping[str, str] | None = None) ->
     """Ask XLA's CPU compiler for its elemental emitters instead of its fusion emitters,
     by appending `--xla_cpu_use_fusion_emitters=false` to `XLA_FLAGS`.
 
-    On the CPU, compilation dominates short runs: `experiments/bench_compile.py` measured,
-    on 2 cores, XLA compile times of 0.69-0.78× for sweeps and 0.51× for `simulate`
-    (PLGA programs 1.07-1.12×) with run times 0.65-1.3× and outputs equal to 2e-12 and the
-    same regimes. The `jaxattn` command calls this when it starts, and the test suite
-    does; a library import never does (it changes no global setting). Call it yourself,
-    before anything runs on JAX, to get the same in a notebook or script. It has no effect
-    on GPUs and TPUs.
+    On the CPU, compilation dominates short runs. `experiments/bench_compile.py` measured
+    on 2 cores (2026-12-03) XLA compile times of 0.55-0.78× for sweeps and 0.5× for
+    `simulate` (PLGA programs 0.75-1.12×), with outputs equal to 2e-12 and the same
+    regimes; run times are 0.65-1.4× (particle sweeps run about 1.25-1.5× slower, so a
+    long particle sweep in your own session may prefer the default). The `jaxattn` command
+    calls this when it starts, and the test suite does; a library import never does (it
+    changes no global setting). Call it yourself, before anything runs on JAX, to get the
+    same in a notebook or script. It has no effect on GPUs and TPUs.
 
-    **Arguments:** `environ`: the environment to edit (default `os.environ`).
+    **Arguments:** `environ`: the environment to edit, a mutable mapping of strings
+    (default `os.environ`, e.g. a copy prepared for a subprocess).
 
-    **Returns:** `True` if the flag was added; `False` if `XLA_FLAGS` already names
-    `--xla_cpu_use_fusion_emitters` (your choice is kept) or JAX's backends have already
-    started (XLA reads its flags once, at start: nothing would change, so nothing is
-    edited).
+    **Returns:** `True` if the flag was added. `False`, and nothing is edited, when
+    `XLA_FLAGS` already names `--xla_cpu_use_fusion_emitters` (your choice is kept), when
+    `XLA_FLAGS` names a flags file (a value not starting with `-`, which XLA reads as a file
+    name), or, for `os.environ`, when JAX's backends have already started (XLA reads its
+    flags once, at start: nothing would change).
+
+    **Raises:** `TypeError` for an `environ` that is not a mutable mapping, or whose
+    `XLA_FLAGS` is not a string.
     """
-    from jax._src import xla_bridge
-
     env = os.environ if environ is None else environ
+    if not isinstance(env, MutableMapping):
+        raise TypeError(
+            f"prefer_fast_cpu_compiles: environ must be a mutable mapping such as os.environ "
+            f"or a dict, got {type(env).__name__}."
+        )
     flags = env.get("XLA_FLAGS", "")
-    started = getattr(xla_bridge, "backends_are_initialized", lambda: False)()
-    if _NAMED.search(flags) or started:
+    if not isinstance(flags, str):
+        raise TypeError(
+            f"prefer_fast_cpu_compiles: environ['XLA_FLAGS'] must be a string, got "
+            f"{type(flags).__name__}."
+        )
+    if _NAMED.search(flags) or (flags.strip() and not flags.strip().startswith("-")):
         return False
+    if env is os.environ:
+        from jax._src import xla_bridge
+
+        if getattr(xla_bridge, "backends_are_initialized", lambda: False)():
+            return False
     env["XLA_FLAGS"] = (flags + " " + ELEMENTAL_CPU_EMITTERS).strip()
     return True

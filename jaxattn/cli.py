@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jaxattn",
         description="Dynamics of attention in JAX: particle flows on the sphere, regime "
         "atlas, Power Law Graph Attention (PLDR-LLM) training and collapse audits.",
+        epilog="The command compiles with XLA's elemental CPU emitters (faster compiles): it "
+        "appends --xla_cpu_use_fusion_emitters=false to XLA_FLAGS, which its subprocesses "
+        "inherit, unless XLA_FLAGS already names that flag or a flags file.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name, fn in _COMMANDS:

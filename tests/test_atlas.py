@@ -271,22 +271,33 @@ def test_prefer_fast_cpu_compiles_adds_the_flag_once_and_keeps_a_users_choice():
     from jaxattn import prefer_fast_cpu_compiles
     from jaxattn._xla_flags import ELEMENTAL_CPU_EMITTERS
 
-    jnp.zeros(1).block_until_ready()  # this process's backends have started: nothing changes
+    jnp.zeros(1).block_until_ready()  # this process's backends have started
+    # A mapping other than this process's environment (e.g. a subprocess's) is still edited.
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    assert not prefer_fast_cpu_compiles(env) and "emitters" not in env["XLA_FLAGS"]
-    # A fresh process: the flag is appended once; a user's own setting of it is kept.
+    assert prefer_fast_cpu_compiles(env) and not prefer_fast_cpu_compiles(env)
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 " + ELEMENTAL_CPU_EMITTERS
+    for kept in (
+        "--xla_cpu_use_fusion_emitters=true --xla_cpu_enable_fast_math=false",
+        "--a=1\t--xla_cpu_use_fusion_emitters\t",
+        " /tmp/xla_flags.txt",  # a flags file: appending would make XLA open another name
+    ):
+        user = {"XLA_FLAGS": kept}
+        assert not prefer_fast_cpu_compiles(user) and user["XLA_FLAGS"] == kept
+    # A look-alike name is not the flag.
+    other = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters_x=1"}
+    assert prefer_fast_cpu_compiles(other) and other["XLA_FLAGS"].endswith(ELEMENTAL_CPU_EMITTERS)
+    with pytest.raises(TypeError, match="mutable mapping"):
+        prefer_fast_cpu_compiles(["XLA_FLAGS"])
+    with pytest.raises(TypeError, match=r"environ\['XLA_FLAGS'\] must be a string"):
+        prefer_fast_cpu_compiles({"XLA_FLAGS": None})
+    # This process's environment: appended in a fresh process, untouched once JAX has started.
     code = (
-        "import os, jaxattn; env = {}; print(jaxattn.prefer_fast_cpu_compiles(env), "
-        "jaxattn.prefer_fast_cpu_compiles(env), repr(env['XLA_FLAGS'])); "
-        "user = {'XLA_FLAGS': '--xla_cpu_use_fusion_emitters=true "
-        "--xla_cpu_enable_fast_math=false'}; "
-        "print(jaxattn.prefer_fast_cpu_compiles(user), repr(user['XLA_FLAGS']))"
+        "import os, jax.numpy as jnp, jaxattn; os.environ.pop('XLA_FLAGS', None); "
+        "print(jaxattn.prefer_fast_cpu_compiles(), os.environ.get('XLA_FLAGS')); "
+        "os.environ.pop('XLA_FLAGS'); jnp.ones(1).block_until_ready(); "
+        "print(jaxattn.prefer_fast_cpu_compiles(), os.environ.get('XLA_FLAGS'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    first, second = out.stdout.strip().splitlines()
-    assert first == f"True False {ELEMENTAL_CPU_EMITTERS!r}"
-    assert second == "False '--xla_cpu_use_fusion_emitters=true --xla_cpu_enable_fast_math=false'"
+    assert out.stdout.split() == ["True", ELEMENTAL_CPU_EMITTERS, "False", "None"]
     # The test suite runs with it (conftest), as the `jaxattn` command does.
-    assert ELEMENTAL_CPU_EMITTERS in os.environ.get("XLA_FLAGS", "") or (
-        "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "")
-    )
+    assert "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "")

@@ -1,0 +1,7 @@
+"""`python -m jaxattn`: the `jaxattn` command."""
+
+import sys
+
+from .cli import run
+
+sys.exit(run())
