@@ -353,6 +353,38 @@ def test_chaos_label_from_lyapunov_exponents():
     assert lam[1] < -0.1 and sig[1] < 0.01
 
 
+def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_its_plan(tmp_path):
+    members = sw.attention_members(np.stack([I2, 2 * I2] * 4), I2, 1.0, 0, method="ott_antonsen")
+    integ = Integration(10.0, 21)
+    per = sw.member_memory(members, integ)
+    run = lambda budget, **kw: sweep(  # noqa: E731
+        members, integration=integ, runner=Runner(memory_budget=budget, progress=False, **kw)
+    )
+    # Budgets of 4.2 and 7.9 members (free memory moving between calls): one plan of
+    # power-of-two chunks, compiled once.
+    first = run(4.2 * per)
+    before = sw.num_traces()
+    second = run(7.9 * per)
+    assert first.plan["chunk_sizes"] == second.plan["chunk_sizes"] == [4, 4]
+    assert sw.num_traces() == before
+    np.testing.assert_array_equal(first.R2, second.R2)
+    # A folder written under one budget resumes under a smaller one with its own chunks.
+    run(4.2 * per, out_dir=str(tmp_path))
+    again = run(2.5 * per, out_dir=str(tmp_path))
+    assert again.plan["chunk_sizes"] == [4, 4]
+    assert again.chunks_loaded == 2 and again.chunks_computed == 0
+    np.testing.assert_array_equal(again.R2, first.R2)
+    # Without resuming, the smaller budget's plan is used.
+    assert run(2.5 * per, out_dir=str(tmp_path), resume=False).plan["chunk_sizes"] == [2] * 4
+    # Watanabe–Strogatz members hold 3 real numbers per save and O(n) constants: no
+    # per-save term grows with n.
+    def ws(n, num_save):
+        m = sw.attention_members(I2, I2, 1.0, 0, n=n, method="watanabe_strogatz")
+        return sw.member_memory(m, Integration(10.0, num_save))
+
+    assert ws(2000, 401) - ws(1000, 401) == ws(2000, 101) - ws(1000, 101) < 1000 * 400
+
+
 def test_chunks_respect_a_memory_budget_and_huge_members_are_refused():
     members = sw.attention_members(np.stack([I2] * 6), I2, 1.0, 0, kernel="usa", n=8)
     integ = Integration(10.0, 21)
