@@ -235,6 +235,24 @@ def test_compacted_members_equal_their_solo_runs(method):
             )
 
 
+def test_a_members_result_does_not_depend_on_the_members_beside_it():
+    # Same program (chunk of six, two slots), members queued in another order: each one
+    # shares the pool with other members, which start at other times. Bitwise the same
+    # results: a member starting beside another one used to make it re-evaluate its
+    # first Runge–Kutta stage at the projected state (diffrax decides that stage for the
+    # whole batch), so a member's steps depended on its companions.
+    from jaxattn.dynamics._sweep import sweep
+
+    kw = dict(SWEEP_KW, method="particles", progress=False, strategy="compact", slots=2)
+    seeds = np.arange(6)
+    order = np.array([5, 2, 0, 4, 1, 3])
+    ref = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, segment_steps=8, **kw)
+    mixed = sweep(SWEEP_A[order], SWEEP_V[order], 1.0, seeds[order], segment_steps=8, **kw)
+    for k in ("num_steps", "regime", "result"):
+        np.testing.assert_array_equal(getattr(mixed, k), getattr(ref, k)[order])
+    np.testing.assert_array_equal(mixed.R2, ref.R2[order])
+
+
 def test_compacted_sweep_resumes_from_out_dir(tmp_path):
     from jaxattn.dynamics._sweep import SweepResult, sweep
 
