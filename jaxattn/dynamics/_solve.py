@@ -122,6 +122,8 @@ class ProjectedSolver(diffrax.AbstractWrappedSolver):
         shared it (WS, 512 pairs: 6 members took 1–3 steps more or fewer than in lockstep,
         R₂ off by up to 3e-7); in lockstep, on another member's rejected first step.
         Evaluated here and handed over as a carried stage, each member's steps are its own.
+        (Not in `init`: diffeqsolve stops gradients through the initial solver state, so
+        the first stage must be computed inside a step.)
         """
         if not (isinstance(self.solver, diffrax.AbstractRungeKutta) and inner_state is not None):
             return inner_state
