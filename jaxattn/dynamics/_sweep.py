@@ -2281,7 +2281,8 @@ def _resumed_sizes(out_dir, sizes, B, ndev):
     """The chunk sizes of the sweep already in `out_dir` when only the sizes differ from
     this call's plan (they follow the memory free at the time): resuming then continues
     its chunks instead of refusing the folder. Other sizes (another sweep, a plan that
-    does not cover `B` members or does not split over `ndev` devices) are left to the
+    does not cover `B` members, a chunk larger than the batch or one that does not split
+    over `ndev` devices: an edited manifest must not size the arrays) are left to the
     manifest check."""
     try:
         old = _read_manifest(out_dir)
@@ -2291,7 +2292,10 @@ def _resumed_sizes(out_dir, sizes, B, ndev):
     if (
         not isinstance(found, list)
         or not found
-        or not all(isinstance(s, int) and s > 0 and s % ndev == 0 for s in found)
+        or not all(
+            type(s) is int and 0 < s <= ndev * math.ceil(B / ndev) and s % ndev == 0
+            for s in found
+        )
         or sum(found) < B
         or sum(found) - found[-1] >= B
     ):
