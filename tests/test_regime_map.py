@@ -374,6 +374,18 @@ def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_i
     assert again.plan["chunk_sizes"] == [4, 4]
     assert again.chunks_loaded == 2 and again.chunks_computed == 0
     np.testing.assert_array_equal(again.R2, first.R2)
+    # A manifest whose plan was edited is named as damaged, not met deep inside.
+    path = tmp_path / "manifest.json"
+    good = json.loads(path.read_text())
+    for key, value in (("chunk_sizes", "abc"), ("chunk_sizes", [1.5]), ("config", "abc")):
+        path.write_text(json.dumps(dict(good, **{key: value})))
+        with pytest.raises(ValueError, match=f"is damaged \\(its '{key}' is not"):
+            run(2.5 * per, out_dir=str(tmp_path))
+    # A plan that does not fit this batch: refused as another plan, in a short message.
+    path.write_text(json.dumps(dict(good, chunk_sizes=[4] * 200_000)))
+    with pytest.raises(ValueError, match="different sweep") as err:
+        run(2.5 * per, out_dir=str(tmp_path))
+    assert len(str(err.value)) < 1000
     # Without resuming, the smaller budget's plan is used.
     assert run(2.5 * per, out_dir=str(tmp_path), resume=False).plan["chunk_sizes"] == [2] * 4
     # Watanabe–Strogatz members hold 3 real numbers per save and O(n) constants: no

@@ -20,7 +20,7 @@ import pytest
 from jaxattn.dynamics import AttentionDynamics
 from jaxattn.dynamics import _sweep as sw
 from jaxattn.dynamics._solve import RESULTS
-from jaxattn.dynamics._sweep import Integration, Members, Runner, SweepResult, sweep
+from jaxattn.dynamics._sweep import Integration, Judge, Members, Runner, SweepResult, sweep
 from jaxattn.sphere import project_tangent
 
 I2 = np.eye(2)
@@ -182,6 +182,21 @@ def test_there_is_no_dt0_option():
         sweep(I2, I2, 1.0, 0, dt0=0.0, progress=False)
     with pytest.raises(TypeError, match="dt0"):
         Integration(dt0=0.1)
+
+
+def test_keyword_options_beside_a_part_object_are_refused_not_dropped():
+    # t1 beside integration=..., window beside judge=..., out_dir beside runner=... used to
+    # be dropped without a word (a sweep "resumable" from out_dir wrote nothing).
+    for part, obj, opt in (
+        ("integration", Integration(10.0, 41), dict(t1=50.0)),
+        ("judge", Judge(), dict(window=0.3)),
+        ("runner", Runner(progress=False), dict(out_dir="/nonexistent/x")),
+    ):
+        with pytest.raises(ValueError, match=rf"{part}= is given, so the option\(s\) \['"):
+            sweep(I2, I2, 1.0, 0, n=4, **{part: obj}, **opt)
+    for bad in ("big", 2.7, True):
+        with pytest.raises(ValueError, match="chunk_size must be an integer >= 1"):
+            Runner(chunk_size=bad)
 
 
 @pytest.mark.parametrize(

@@ -676,9 +676,13 @@ class Runner(eqx.Module):
             None if segment_steps is None else _count(where, "segment_steps", segment_steps)
         )
         if chunk_size is not None and chunk_size != "auto":
-            if isinstance(chunk_size, bool) or int(chunk_size) < 1:
+            if (
+                isinstance(chunk_size, bool)
+                or not isinstance(chunk_size, (int, np.integer))
+                or int(chunk_size) < 1
+            ):
                 raise ValueError(
-                    f"{where}: chunk_size must be >= 1, 'auto' or None, got {chunk_size!r}."
+                    f"{where}: chunk_size must be an integer >= 1, 'auto' or None, got {chunk_size!r}."
                 )
             chunk_size = int(chunk_size)
         if group not in ("auto", "pilot", "stiffness", "none"):
@@ -1841,16 +1845,22 @@ def _manifest_differences(old: dict, new: dict) -> list[str]:
     diff = []
     for key in ("num_members", "shape", "flow", "dtype", "chunk_sizes"):
         if key in new and old.get(key) != new.get(key):
-            diff.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+            diff.append(f"{key} {_short(old.get(key))} -> {_short(new.get(key))}")
     old_plan, new_plan = old.get("plan") or {}, new.get("plan") or {}
     for key in ("strategy", "group"):
         if key in new_plan and old_plan.get(key) != new_plan.get(key):
-            diff.append(f"{key} {old_plan.get(key)!r} -> {new_plan.get(key)!r}")
+            diff.append(f"{key} {_short(old_plan.get(key))} -> {_short(new_plan.get(key))}")
     old_cfg, new_cfg = old.get("config") or {}, new.get("config") or {}
     for key in sorted(set(old_cfg) | set(new_cfg)):
         if old_cfg.get(key) != new_cfg.get(key):
-            diff.append(f"{key} {old_cfg.get(key)!r} -> {new_cfg.get(key)!r}")
+            diff.append(f"{key} {_short(old_cfg.get(key))} -> {_short(new_cfg.get(key))}")
     return diff
+
+
+def _short(value, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters (a manifest's lists can be long)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def _read_manifest(out_dir) -> dict | None:
@@ -1862,6 +1872,14 @@ def _read_manifest(out_dir) -> dict | None:
         return None
     try:
         old = _read_json_object(manifest_path)
+        for key in ("config", "plan"):
+            if key in old and not isinstance(old[key], dict):
+                raise ValueError(f"its {key!r} is not an object")
+        sizes = old.get("chunk_sizes")
+        if "chunk_sizes" in old and not (
+            isinstance(sizes, list) and sizes and all(type(c) is int and c > 0 for c in sizes)
+        ):
+            raise ValueError("its 'chunk_sizes' is not a list of positive integers")
     except ValueError as err:
         raise ValueError(
             f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
@@ -2014,18 +2032,22 @@ def _run(
     perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
     max_chunk = _memory_cap(budget, per_member, ndev)
-    if runner.memory_budget is not None and per_member > runner.memory_budget:
-        warnings.warn(
-            f"sweep: memory_budget={runner.memory_budget:.0f} B is below one member's "
-            f"{per_member} B; chunks of {max_chunk} member(s) are used.",
-            stacklevel=3,
-        )
     if compact and runner.chunk_size == "auto":
         sizes = _compact_plan(B, ndev, max_chunk)
     else:
         sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
+    planned = sizes
     if runner.out_dir is not None and runner.resume:
         sizes = _resumed_sizes(runner.out_dir, sizes, B, ndev)
+    if runner.memory_budget is not None and per_member > runner.memory_budget:
+        used = f"chunks of {max_chunk} member(s) are used"
+        if sizes != planned:
+            used = f"the chunks of the folder being resumed ({_short(sizes)}) are used"
+        warnings.warn(
+            f"sweep: memory_budget={runner.memory_budget:.0f} B is below one member's "
+            f"{per_member} B; {used}.",
+            stacklevel=3,
+        )
     # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
     asked = SEGMENT_STEPS if runner.segment_steps is None else runner.segment_steps
     steps = math.gcd(asked, cfg.max_steps)
@@ -2833,6 +2855,14 @@ def sweep(
         dtype = options.get("dtype")
         if V is None:
             raise ValueError("sweep: give V (or a Members object as the first argument).")
+        given = dict(integration=integration, judge=judge, runner=runner)
+        for part, value in given.items():
+            clash = sorted(pick[part]) + (["dtype"] if part == "integration" and dtype else [])
+            if value is not None and clash:
+                raise ValueError(
+                    f"sweep: {part}= is given, so the option(s) {clash} would be ignored; "
+                    f"set them in the {type(value).__name__} instead."
+                )
         if integration is None:
             integration = Integration(dtype=dtype, **pick["integration"])
         members = _attention_members(
