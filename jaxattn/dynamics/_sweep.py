@@ -2475,7 +2475,9 @@ def _load_sweep(out_dir: str) -> SweepResult:
         raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err!r}).") from None
     members_path = os.path.join(out_dir, "members.npz")
     try:
-        with np.load(members_path, allow_pickle=False) as z:
+        with open(members_path, "rb") as f:  # read whole and closed, damaged or not
+            data = f.read()
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             perm = z["perm"]
             seeds = z["seeds"]
             params = {k[6:]: z[k] for k in z.files if k.startswith("param:")}
