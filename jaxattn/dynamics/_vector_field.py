@@ -194,6 +194,12 @@ def _real_array(where: str, name: str, x):
     give a complex "flow" off the sphere)."""
     if not isinstance(x, jax.Array):
         try:
+            kind = np.asarray(x).dtype.kind
+        except Exception:  # ragged, or holding traced numbers: JAX decides below
+            kind = None
+        if kind in ("U", "S"):  # text: refused before JAX reads it as a dtype name
+            raise ValueError(f"{where}: {name} is not an array of numbers (it holds text).")
+        try:
             x = jnp.asarray(x)  # lists of traced numbers included
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
