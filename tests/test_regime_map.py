@@ -388,6 +388,7 @@ def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_i
     assert len(str(err.value)) < 1000
     # Without resuming, the smaller budget's plan is used.
     assert run(2.5 * per, out_dir=str(tmp_path), resume=False).plan["chunk_sizes"] == [2] * 4
+
     # Watanabe–Strogatz members hold 3 real numbers per save and O(n) constants: no
     # per-save term grows with n.
     def ws(n, num_save):
@@ -403,8 +404,7 @@ def test_chunks_respect_a_memory_budget_and_huge_members_are_refused():
     per = sw.member_memory(members, integ)
     # USA builds (n, n) scores: they are part of the estimate.
     assert per >= 4 * 8 * 8 * 8
-    res = sweep(members, integration=integ,
-                runner=Runner(memory_budget=2.5 * per, progress=False))
+    res = sweep(members, integration=integ, runner=Runner(memory_budget=2.5 * per, progress=False))
     assert max(res.plan["chunk_sizes"]) <= 2 and res.plan["memory_per_member"] == per
     assert not res.failed.any()
     # 50 000 tokens with softmax scores: refused before anything is compiled.

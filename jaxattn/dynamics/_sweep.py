@@ -682,7 +682,8 @@ class Runner(eqx.Module):
                 or int(chunk_size) < 1
             ):
                 raise ValueError(
-                    f"{where}: chunk_size must be an integer >= 1, 'auto' or None, got {chunk_size!r}."
+                    f"{where}: chunk_size must be an integer >= 1, 'auto' or None, got "
+                    f"{chunk_size!r}."
                 )
             chunk_size = int(chunk_size)
         if group not in ("auto", "pilot", "stiffness", "none"):
@@ -2315,8 +2316,7 @@ def _resumed_sizes(out_dir, sizes, B, ndev):
         not isinstance(found, list)
         or not found
         or not all(
-            type(s) is int and 0 < s <= ndev * math.ceil(B / ndev) and s % ndev == 0
-            for s in found
+            type(s) is int and 0 < s <= ndev * math.ceil(B / ndev) and s % ndev == 0 for s in found
         )
         or sum(found) < B
         or sum(found) - found[-1] >= B
@@ -2859,7 +2859,7 @@ def sweep(
             raise ValueError("sweep: give V (or a Members object as the first argument).")
         given = dict(integration=integration, judge=judge, runner=runner)
         for part, value in given.items():
-            clash = sorted(pick[part]) + (["dtype"] if part == "integration" and dtype else [])
+            clash = sorted(pick[part]) + ["dtype"] * (part == "integration" and dtype is not None)
             if value is not None and clash:
                 raise ValueError(
                     f"sweep: {part}= is given, so the option(s) {clash} would be ignored; "
