@@ -191,6 +191,7 @@ def test_keyword_options_beside_a_part_object_are_refused_not_dropped():
         ("integration", Integration(10.0, 41), dict(t1=50.0)),
         ("judge", Judge(), dict(window=0.3)),
         ("runner", Runner(progress=False), dict(out_dir="/nonexistent/x")),
+        ("integration", Integration(10.0, 41), dict(dtype=np.dtype("float32"))),  # falsy
     ):
         with pytest.raises(ValueError, match=rf"{part}= is given, so the option\(s\) \['"):
             sweep(I2, I2, 1.0, 0, n=4, **{part: obj}, **opt)
