@@ -1896,10 +1896,10 @@ def _different_sweep(out_dir, what) -> ValueError:
     )
 
 
-def _check_manifest_settings(out_dir, known: dict) -> None:
-    """Before the pilot and the plan: refuse to resume from a folder whose sweep has other
-    settings (`known`: those fixed before the members are ordered, as JSON reads them)."""
-    old = _read_manifest(out_dir)
+def _check_manifest_settings(out_dir, old: dict | None, known: dict) -> None:
+    """Before the pilot and the plan: refuse to resume from a folder (`old`: its manifest,
+    `_read_manifest`) whose sweep has other settings (`known`: those fixed before the
+    members are ordered, as JSON reads them)."""
     if old is None:
         return
     diff = _manifest_differences(old, known)
@@ -2015,7 +2015,9 @@ def _run(
     # sweep of other settings (those of the fingerprint that are known before the members
     # are ordered: a difference in any of them is a different fingerprint).
     _check_first_member(members, flow, cfg, dtype)
+    resumed = None  # the manifest of the folder this call resumes
     if runner.out_dir is not None and runner.resume:
+        resumed = _read_manifest(runner.out_dir)
         known = dict(
             num_members=B,
             flow=type(flow).__qualname__,
@@ -2024,7 +2026,7 @@ def _run(
             config=cfg.as_json(),
         )
         _check_manifest_settings(
-            runner.out_dir, json.loads(json.dumps(known, default=_json_default))
+            runner.out_dir, resumed, json.loads(json.dumps(known, default=_json_default))
         )
     if group == "none":
         cost = np.ones(B)
@@ -2038,8 +2040,8 @@ def _run(
     else:
         sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
     planned = sizes
-    if runner.out_dir is not None and runner.resume:
-        sizes = _resumed_sizes(runner.out_dir, sizes, B, ndev)
+    if resumed is not None:
+        sizes = _resumed_sizes(resumed, sizes, B, ndev)
     if runner.memory_budget is not None and per_member > runner.memory_budget:
         used = f"chunks of {max_chunk} member(s) are used"
         if sizes != planned:
@@ -2300,29 +2302,21 @@ def _memory_cap(budget, per_member, ndev) -> int:
     return ndev * (1 << (per_device.bit_length() - 1)) if per_device >= 1 else ndev
 
 
-def _resumed_sizes(out_dir, sizes, B, ndev):
-    """The chunk sizes of the sweep already in `out_dir` when only the sizes differ from
-    this call's plan (they follow the memory free at the time): resuming then continues
-    its chunks instead of refusing the folder. Other sizes (another sweep, a plan that
-    does not cover `B` members, a chunk larger than the batch or one that does not split
-    over `ndev` devices: an edited manifest must not size the arrays) are left to the
-    manifest check."""
-    try:
-        old = _read_manifest(out_dir)
-    except ValueError:
-        return sizes  # the manifest check names the damage
-    found = (old or {}).get("chunk_sizes")
+def _resumed_sizes(old: dict, sizes, B, ndev):
+    """The chunk sizes of the sweep already in a folder (`old`: its manifest, checked by
+    `_read_manifest`) when only the sizes differ from this call's plan (they follow the
+    memory free at the time): resuming then continues its chunks instead of refusing the
+    folder. Other sizes (another sweep, a plan that does not cover `B` members, a chunk
+    larger than the batch or one that does not split over `ndev` devices: an edited
+    manifest must not size the arrays) are left to the manifest check."""
+    found = old.get("chunk_sizes")
     if (
-        not isinstance(found, list)
-        or not found
-        or not all(
-            type(s) is int and 0 < s <= ndev * math.ceil(B / ndev) and s % ndev == 0 for s in found
-        )
-        or sum(found) < B
-        or sum(found) - found[-1] >= B
+        not found
+        or any(s > ndev * math.ceil(B / ndev) or s % ndev for s in found)
+        or not sum(found) - found[-1] < B <= sum(found)
     ):
         return sizes
-    return [int(s) for s in found]
+    return found
 
 
 def _compact_plan(B, ndev, max_chunk):
