@@ -19,8 +19,11 @@ average is printed with the table (ratios, not absolutes, are the result).
 `--scan` also times a few (slots, segment_steps) pairs of the compacting particle sweep;
 `--layout` also times the compact particle sweep with the token-row state layout `(n, d)`
 against the default token-major `(d, n)` (`_solve.token_major_pays`), same members.
+`--saves` also times the compact particle sweep (natural time) with 51 and 21 save times
+instead of the default 201, same members and steps: what the saves (dense-output
+interpolation and the moment series at every save time) cost of a member.
 
-Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout]
+Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout] [--saves]
 [--methods particles ...]`. The scipy loop is timed before and after the sweeps (both printed;
 the ratios use their mean).
 """
@@ -49,20 +52,29 @@ def _pairs(num, seed=0):
     return rng.normal(size=(num, 2, 2)), rng.normal(size=(num, 2, 2))
 
 
-def _run(A, V, *, method, time_scale, runner, n, t1):
+def _run(A, V, *, method, time_scale, runner, n, t1, num_save=201):
     return sweep(
         attention_members(A, V, 1.0, 0, n=n, method=method),
-        integration=Integration(t1, time_scale=time_scale),
+        integration=Integration(t1, num_save, time_scale=time_scale),
         runner=runner,
     )
 
 
-def _warm(A, V, *, method, time_scale, runner, n, t1):
+def _warm(A, V, *, method, time_scale, runner, n, t1, num_save=201):
     """Compile every chunk shape the timed run will use, on easy members (A = V = I): the
     plan is made as the sweep makes it (the pilot's predicted costs, then the chunks)."""
     B = A.shape[0]
     easy = np.broadcast_to(np.eye(2), (B, 2, 2))
-    _run(easy, easy, method=method, time_scale=time_scale, runner=runner, n=n, t1=t1)
+    _run(
+        easy,
+        easy,
+        method=method,
+        time_scale=time_scale,
+        runner=runner,
+        n=n,
+        t1=t1,
+        num_save=num_save,
+    )
     if runner.strategy == "lockstep":
         members = attention_members(A, V, 1.0, 0, n=n, method=method)
         integ = Integration(t1, time_scale=time_scale)
@@ -93,6 +105,7 @@ def main(
     scipy_members=64,
     scan=False,
     layout=False,
+    saves=False,
     out_dir="bench_out",
     methods=("particles", "watanabe_strogatz", "ott_antonsen"),
 ):
@@ -192,6 +205,19 @@ def main(
                     f"{bool(np.array_equal(major.num_steps, r_rows.num_steps))}, max |ΔR2| "
                     f"{float(np.nanmax(np.abs(major.R2 - r_rows.R2))):.2e}"
                 )
+    if saves:
+        # Same members and steps, fewer save times: the difference is what saving costs.
+        for num_save in (201, 51, 21):
+            s, res = _timed(
+                A,
+                V,
+                method="particles",
+                time_scale="natural",
+                runner=compact,
+                num_save=num_save,
+                **common,
+            )
+            add(f"saves: particles, natural, compact, {num_save} save times", s, res)
     if scan:
         for S, K in ((32, 16), (8, 32), (4, 64), (2, 32), (1, 64)):
             r = Runner(slots=S, segment_steps=K, progress=False)
@@ -239,6 +265,7 @@ if __name__ == "__main__":
     p.add_argument("--quick", action="store_true")
     p.add_argument("--scan", action="store_true")
     p.add_argument("--layout", action="store_true")
+    p.add_argument("--saves", action="store_true")
     p.add_argument("--pairs", type=int, default=512)
     p.add_argument("--n", type=int, default=256)
     p.add_argument("--out", default="bench_out")
@@ -255,6 +282,7 @@ if __name__ == "__main__":
         n=a.n,
         scan=a.scan,
         layout=a.layout,
+        saves=a.saves,
         out_dir=a.out,
         methods=tuple(a.methods),
     )
