@@ -381,6 +381,10 @@ def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_i
         path.write_text(json.dumps(dict(good, **{key: value})))
         with pytest.raises(ValueError, match=f"is damaged \\(its '{key}' is not"):
             run(2.5 * per, out_dir=str(tmp_path))
+    # Loading reads the manifest with the same checks (it used to take int() of each size).
+    path.write_text(json.dumps(dict(good, chunk_sizes=[-4, 12])))
+    with pytest.raises(ValueError, match="SweepResult.load: .* is damaged .*'chunk_sizes'"):
+        sw.SweepResult.load(str(tmp_path))
     # A plan that does not fit this batch: refused as another plan, in a short message.
     path.write_text(json.dumps(dict(good, chunk_sizes=[4] * 200_000)))
     with pytest.raises(ValueError, match="different sweep") as err:

@@ -310,8 +310,13 @@ def test_resume_refuses_chunks_of_another_sweep_and_damaged_files(tmp_path):
         again = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
     np.testing.assert_array_equal(again.R2, other.R2)
     (tmp_path / "manifest.json").write_text("[1, 2")
-    with pytest.raises(ValueError, match="manifest.json is damaged"):
+    with pytest.raises(ValueError, match="manifest.json is damaged.*pass resume=False"):
         sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
+    # What the message advises works: resume=False overwrites the folder (its chunks too).
+    fresh = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, resume=False, **kw)
+    assert fresh.chunks_computed == 1
+    np.testing.assert_array_equal(fresh.R2, other.R2)
+    np.testing.assert_array_equal(sw.SweepResult.load(tmp_path).R2, other.R2)
 
 
 @pytest.mark.parametrize(

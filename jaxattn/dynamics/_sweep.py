@@ -1864,6 +1864,21 @@ def _short(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
+def _check_manifest_fields(man: dict) -> None:
+    """Refuse a manifest whose `config` or `plan` is not an object or whose `chunk_sizes`
+    is not a list of positive integers (what resuming and loading read of it).
+
+    **Raises:** `ValueError` naming the field."""
+    for key in ("config", "plan"):
+        if key in man and not isinstance(man[key], dict):
+            raise ValueError(f"its {key!r} is not an object")
+    sizes = man.get("chunk_sizes")
+    if "chunk_sizes" in man and not (
+        isinstance(sizes, list) and sizes and all(type(c) is int and c > 0 for c in sizes)
+    ):
+        raise ValueError("its 'chunk_sizes' is not a list of positive integers")
+
+
 def _read_manifest(out_dir) -> dict | None:
     """The folder's `manifest.json` (None when there is none).
 
@@ -1873,14 +1888,7 @@ def _read_manifest(out_dir) -> dict | None:
         return None
     try:
         old = _read_json_object(manifest_path)
-        for key in ("config", "plan"):
-            if key in old and not isinstance(old[key], dict):
-                raise ValueError(f"its {key!r} is not an object")
-        sizes = old.get("chunk_sizes")
-        if "chunk_sizes" in old and not (
-            isinstance(sizes, list) and sizes and all(type(c) is int and c > 0 for c in sizes)
-        ):
-            raise ValueError("its 'chunk_sizes' is not a list of positive integers")
+        _check_manifest_fields(old)
     except ValueError as err:
         raise ValueError(
             f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
@@ -1907,19 +1915,21 @@ def _check_manifest_settings(out_dir, old: dict | None, known: dict) -> None:
         raise _different_sweep(out_dir, "; ".join(diff))
 
 
-def _check_manifest(out_dir, fingerprint, resume, manifest=None):
-    old = _read_manifest(out_dir)
-    if old is None:
-        return
-    if old.get("fingerprint") != fingerprint and resume:
-        diff = _manifest_differences(old, manifest or {})
-        what = (
-            "; ".join(diff)
-            if diff
-            else "same settings, other members: their parameters, seeds or order differ"
-        )
-        raise _different_sweep(out_dir, what)
-    if not resume:
+def _check_manifest(out_dir, fingerprint, resume, old: dict | None, manifest: dict) -> None:
+    """Resuming (`old`: the folder's manifest as `_read_manifest` read it before the plan,
+    None for a new folder): refuse a folder whose sweep has another fingerprint, naming the
+    settings that differ from this call's `manifest`. Not resuming: the folder's sweep, if
+    it has a manifest (read or not: a damaged one is overwritten too), loses its chunks."""
+    if resume:
+        if old is not None and old.get("fingerprint") != fingerprint:
+            diff = _manifest_differences(old, manifest)
+            what = (
+                "; ".join(diff)
+                if diff
+                else "same settings, other members: their parameters, seeds or order differ"
+            )
+            raise _different_sweep(out_dir, what)
+    elif os.path.exists(os.path.join(out_dir, "manifest.json")):
         for fname in os.listdir(out_dir):
             if fname.startswith("chunk_"):
                 os.remove(os.path.join(out_dir, fname))
@@ -2126,7 +2136,7 @@ def _run(
         os.makedirs(out_dir, exist_ok=True)
         # Compared as JSON reads it back (tuples become lists).
         as_read = json.loads(json.dumps(manifest, default=_json_default))
-        _check_manifest(out_dir, fingerprint, runner.resume, as_read)
+        _check_manifest(out_dir, fingerprint, runner.resume, resumed, as_read)
         if writer:
             _atomic_write(
                 os.path.join(out_dir, "members.npz"),
@@ -2460,8 +2470,9 @@ def _load_sweep(out_dir: str) -> SweepResult:
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
     try:
         man = _read_json_object(manifest_path)
+        _check_manifest_fields(man)
         fingerprint = man["fingerprint"]
-        sizes = [int(s) for s in man["chunk_sizes"]]
+        sizes = man["chunk_sizes"]
         B = int(man["num_members"])
         cfg = man["config"]
         t1, num_save = float(cfg["t1"]), int(cfg["num_save"])
