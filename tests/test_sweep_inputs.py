@@ -417,6 +417,26 @@ def test_compaction_efficiency_counts_the_loop_iterations_the_pool_ran():
     assert alone.lockstep_efficiency == 1.0
     np.testing.assert_array_equal(alone.num_steps, one_pool.num_steps)
     np.testing.assert_array_equal(alone.regime, one_pool.regime)
+    # A compacting sweep on one device keeps the input order (group "none"): no cost is
+    # predicted, so no efficiency either (it read 1.0).
+    assert alone.plan["group"] == "none" and alone.plan["predicted_efficiency"] is None
+    # The Ott–Antonsen pilot of Ott–Antonsen members predicts their step counts exactly,
+    # so the efficiency it predicts for lockstep chunks is the one they then run at.
+    piloted = sweep(
+        A4,
+        V4,
+        1.0,
+        0,
+        strategy="lockstep",
+        group="pilot",
+        chunk_size=2,
+        **{k: v for k, v in kw.items() if k != "strategy"},
+    )
+    np.testing.assert_array_equal(piloted.num_steps, alone.num_steps)
+    assert piloted.plan["predicted_efficiency"] == pytest.approx(
+        piloted.lockstep_efficiency, rel=1e-12
+    )
+    assert piloted.lockstep_efficiency < 1.0
 
 
 def test_a_chunk_without_its_summary_is_recomputed(written, tmp_path):

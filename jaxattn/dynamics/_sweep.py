@@ -1242,8 +1242,10 @@ class SweepResult:
       computed it); chunk files written before these were recorded are left out (NaN
       when no chunk has them).
     - `plan`: the chunk plan (sizes, the grouping, the memory estimate per member and
-      the budget); `config`: the member settings; `environment`: backend, device count,
-      dtype, matmul precision and JAX version of the run.
+      the budget, and `predicted_efficiency`: the lockstep efficiency the grouping's
+      predicted costs give the chunks, None with `group="none"`); `config`: the member
+      settings; `environment`: backend, device count, dtype, matmul precision and JAX
+      version of the run.
     """
 
     params: dict
@@ -2079,7 +2081,9 @@ def _run(
         memory_per_member=per_member,
         memory_budget=float(budget),
         devices=ndev,
-        predicted_efficiency=_efficiency(cost[perm], sizes),
+        # The lockstep efficiency the predicted costs give these chunks; none predicted
+        # with group "none" (every cost reads 1, which would claim 1.0).
+        predicted_efficiency=None if group == "none" else _efficiency(cost[perm], sizes),
         strategy="compact" if compact else "lockstep",
     )
     slots_per_device = runner.slots
