@@ -23,8 +23,17 @@ against the default token-major `(d, n)` (`_solve.token_major_pays`), same membe
 instead of the default 201, same members and steps: what the saves (dense-output
 interpolation and the moment series at every save time) cost of a member.
 
+`--budget` also splits what a member costs into a part per member (setup, the saves, the
+judge) and a part per solver step, by timing the compact sweep of the same members with
+t1, t1/4 and t1/16 and fitting `seconds = a + b · steps` (a least-squares line through the
+three means), and times the floor of the stepping itself: one member's bare
+`diffrax.diffeqsolve` (the sweep's solver and tolerances, the particle field on the
+token-major state, no projection, sweep or judge) with 2 and with the default 201 save
+times. It prints the per-member time the goals allow (10x the scipy loop for particles,
+1/3 of the Ott–Antonsen sweep for WS) against these parts.
+
 Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout] [--saves]
-[--methods particles ...]`. The scipy loop is timed before and after the sweeps (both printed;
+[--budget] [--methods particles ...]`. The scipy loop is timed before and after the sweeps (both printed;
 the ratios use their mean).
 """
 
@@ -96,6 +105,97 @@ def _timed(A, V, **kw):
     return time.perf_counter() - t, res
 
 
+def _bare_floor(A, V, x0, t1, num_save, repeat=20):
+    """Microseconds per step of one bare `diffeqsolve` of the particle field (the sweep's
+    solver, tolerances and step-size controller; token-major state `x0ᵀ`; no projection,
+    sweep bookkeeping or judge), saving at 2 and at `num_save` times, and its steps."""
+    import diffrax
+    import jax.numpy as jnp
+
+    from jaxattn.dynamics import AttentionDynamics
+
+    flow = AttentionDynamics(A=jnp.asarray(A), V=jnp.asarray(V), beta=1.0)
+    y0 = jnp.asarray(x0.T)
+    out = {}
+    for saves in (2, num_save):
+        ts = jnp.linspace(0.0, t1, saves)
+
+        @jax.jit
+        def solve(y0, ts=ts):
+            return diffrax.diffeqsolve(
+                diffrax.ODETerm(flow.token_major),
+                sw.SWEEP_SOLVER,
+                0.0,
+                t1,
+                None,
+                y0,
+                saveat=diffrax.SaveAt(ts=ts),
+                stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-9),
+                max_steps=16384,
+                throw=False,
+                adjoint=diffrax.ForwardMode(),
+            )
+
+        jax.block_until_ready(solve(y0).ys)
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            sol = solve(y0)
+            jax.block_until_ready(sol.ys)
+            best = min(best, time.perf_counter() - t)
+        steps = int(sol.stats["num_steps"])
+        out[saves] = (best / steps * 1e6, steps)
+    return out
+
+
+def _budget(A, V, x0, *, methods, n, t1, compact, scipy_rate, oa_rate):
+    """Per-member and per-step parts of a compact member's cost (module docstring), against
+    what the goals allow; printed as a table."""
+    lines = []
+    for method in [m for m in methods if m != "ott_antonsen"]:
+        for ts in ("physical", "natural"):
+            pts = []
+            for t in (t1, t1 / 4, t1 / 16):
+                s, res = _timed(A, V, method=method, time_scale=ts, runner=compact, n=n, t1=t)
+                pts.append((float(res.num_steps.mean()), s / A.shape[0]))
+            steps, secs = (np.array(v) for v in zip(*pts))
+            b, a = np.polyfit(steps, secs, 1)
+            if method == "particles":
+                goal, allowed = "10x scipy", 1 / (10 * scipy_rate[ts])
+            else:
+                goal, allowed = "1/3 OA", 3 / oa_rate.get(ts, float("nan"))
+            lines.append(
+                (
+                    f"{method}, {ts}",
+                    secs[0] * 1e3,
+                    a * 1e3,
+                    b * 1e6,
+                    steps[0],
+                    goal,
+                    allowed * 1e3,
+                    (allowed - a) / steps[0] * 1e6,
+                )
+            )
+    floor = _bare_floor(A[0], V[0], x0, t1, 201)
+    print(f"\nwhat a member costs (compact, n = {n}; fit over t1, t1/4, t1/16) against the goals")
+    print(
+        f"{'sweep':34s} {'ms/member':>9s} {'per member':>10s} {'per step':>9s} "
+        f"{'steps':>6s} {'goal':>10s} {'allows':>7s} {'steps may':>9s}"
+    )
+    print(f"{'':34s} {'':>9s} {'ms':>10s} {'µs':>9s} {'':>6s} {'':>10s} {'ms':>7s} {'µs':>9s}")
+    for name, total, a, b, st, goal, allowed, per_step in lines:
+        print(
+            f"{name:34s} {total:9.3f} {a:10.3f} {b:9.1f} {st:6.0f} {goal:>10s} "
+            f"{allowed:7.3f} {per_step:9.1f}"
+        )
+    (f2, s2), (f201, _) = floor[2], floor[201]
+    print(
+        f"bare diffeqsolve of the particle field (pair 0, physical, {s2} steps): "
+        f"{f2:.1f} µs/step with 2 save times, {f201:.1f} with 201"
+    )
+    return dict(rows=lines, bare_floor={str(k): v for k, v in floor.items()})
+
+
 def main(
     *,
     quick=False,
@@ -106,6 +206,7 @@ def main(
     scan=False,
     layout=False,
     saves=False,
+    budget=False,
     out_dir="bench_out",
     methods=("particles", "watanabe_strogatz", "ott_antonsen"),
 ):
@@ -225,6 +326,24 @@ def main(
             add(f"scan: particles physical, slots {S}, K {K}", s, res)
 
     # The goal compares WS with the Ott–Antonsen sweep at its defaults (lockstep).
+    oa_rate = {
+        r["name"].split(", ")[1]: r["members_per_s"]
+        for r in rows
+        if r["name"].startswith("ott_antonsen") and "lockstep" in r["name"]
+    }
+    parts = None
+    if budget:
+        parts = _budget(
+            A,
+            V,
+            x0,
+            methods=methods,
+            n=n,
+            t1=t1,
+            compact=compact,
+            scipy_rate=scipy_rate,
+            oa_rate=oa_rate,
+        )
     oa = {
         ts: next(
             (r for r in rows if r["name"] == f"ott_antonsen, {ts}, lockstep (old default)"),
@@ -253,7 +372,15 @@ def main(
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "bench_compaction.json"), "w") as f:
         json.dump(
-            dict(rows=rows, scipy=scipy_rate, load=os.getloadavg(), pairs=pairs, n=n, t1=t1),
+            dict(
+                rows=rows,
+                scipy=scipy_rate,
+                budget=parts,
+                load=os.getloadavg(),
+                pairs=pairs,
+                n=n,
+                t1=t1,
+            ),
             f,
             indent=1,
         )
@@ -266,6 +393,7 @@ if __name__ == "__main__":
     p.add_argument("--scan", action="store_true")
     p.add_argument("--layout", action="store_true")
     p.add_argument("--saves", action="store_true")
+    p.add_argument("--budget", action="store_true")
     p.add_argument("--pairs", type=int, default=512)
     p.add_argument("--n", type=int, default=256)
     p.add_argument("--out", default="bench_out")
@@ -283,6 +411,7 @@ if __name__ == "__main__":
         scan=a.scan,
         layout=a.layout,
         saves=a.saves,
+        budget=a.budget,
         out_dir=a.out,
         methods=tuple(a.methods),
     )
