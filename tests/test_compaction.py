@@ -39,19 +39,19 @@ def _whole(problem, max_steps):
 
 
 @eqx.filter_jit
-def _advance(problem, state, K, max_steps):
+def _advance(problem, state, K, max_steps, dense=False):
     # The problem is an argument (not a constant of the program): one compilation per
     # (problem structure, K, max_steps) serves every member of the same kind.
-    return advance_segments(problem, state, T1, TS, steps=K, max_steps=max_steps)
+    return advance_segments(problem, state, T1, TS, steps=K, max_steps=max_steps, dense_saves=dense)
 
 
-def _segmented(problem, K, max_steps):
+def _segmented(problem, K, max_steps, dense=False):
     state = start_segments(problem, 0.0, jnp.asarray(T1), None, TS.shape[0])
     # Strong dtypes from the start (start_segments returns a weakly typed time and step
     # size, the advanced state does not): otherwise the second call compiles again.
     state = jax.tree.map(lambda x: jnp.asarray(x, x.dtype) if eqx.is_array(x) else x, state)
     for _ in range(max_steps // K + 2):
-        state = _advance(problem, state, K, max_steps)
+        state = _advance(problem, state, K, max_steps, dense)
         if bool(state.done):
             break
     assert bool(state.done)
@@ -95,10 +95,10 @@ def test_segmented_ott_antonsen_equals_whole(case):
     A, V, R0, max_steps = OA_CASES[case]
     problem, checks = _oa(A, V, R0)
     whole = _whole(problem, max_steps)
-    for K in (1, 7, 16):
+    for K, dense in ((1, False), (7, False), (16, False), (1, True), (16, True)):
         if max_steps % K and whole.result == diffrax.RESULTS.max_steps_reached:
             continue  # max_steps must be a multiple of K (the sweep makes it one)
-        seg = _segmented(problem, K, max_steps)
+        seg = _segmented(problem, K, max_steps, dense)
         _same(whole, seg)
         a, b = finish_ott_antonsen(checks, whole, TS), finish_ott_antonsen(checks, seg, TS)
         np.testing.assert_allclose(np.asarray(b.R), np.asarray(a.R), atol=1e-12, equal_nan=True)
@@ -154,16 +154,30 @@ def test_segmented_watanabe_strogatz_equals_whole(getkey):
             **TOL,
         )
         whole = _whole(problem, 4096)
-        first = None
-        for K in (1, 3, 16):
-            seg = _segmented(problem, K, 4096)
+        first = {}
+        # In-loop saves, and saves interpolated afterwards from each segment's dense output
+        # (`dense_saves`, what a compacting WS sweep uses).
+        for K, dense in ((1, False), (3, False), (16, False), (1, True), (3, True), (16, True)):
+            seg = _segmented(problem, K, 4096, dense)
             _same(whole, seg)
-            if first is None:
-                first = seg
+            first.setdefault(dense, seg)
             # The segment length changes nothing: bit for bit.
-            np.testing.assert_array_equal(np.asarray(seg.ys), np.asarray(first.ys))
+            np.testing.assert_array_equal(np.asarray(seg.ys), np.asarray(first[dense].ys))
+            # The same interpolation of the same steps, compiled differently: to an ulp.
+            np.testing.assert_allclose(
+                np.asarray(seg.ys), np.asarray(first[False].ys), rtol=0, atol=1e-15
+            )
             a, b = (finish_watanabe_strogatz(checks, s, TS) for s in (whole, seg))
             np.testing.assert_allclose(np.asarray(b.points()), np.asarray(a.points()), atol=1e-12)
+
+
+def test_dense_saves_take_no_save_functions():
+    problem, _ = _oa(I2, I2, 0.1)
+    state = start_segments(problem, 0.0, jnp.asarray(T1), None, (31,), (jnp.abs,))
+    with pytest.raises(ValueError, match="dense_saves saves the state itself"):
+        advance_segments(
+            problem, state, T1, (TS,), steps=4, max_steps=64, save_fns=(jnp.abs,), dense_saves=True
+        )
 
 
 def test_batched_segments_with_a_finished_member_keep_it_unchanged():
@@ -213,9 +227,7 @@ def test_compacted_members_equal_their_solo_runs(method):
     kw = dict(SWEEP_KW, method=method, progress=False)
     seeds = np.arange(6)
     # Two slots for six members: every slot is refilled, a failed member retires early.
-    comp = sweep(
-        SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=2, segment_steps=8, **kw
-    )
+    comp = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=2, segment_steps=8, **kw)
     assert comp.plan["strategy"] == "compact"
     assert 0 < comp.lockstep_efficiency <= 1
     assert comp.failed[3] and comp.failed[4] and not comp.failed[0]
