@@ -406,6 +406,8 @@ def test_fresh_user_bad_inputs_are_refused_by_name():
         jd.AttentionDynamics(np.eye(2), np.eye(2), beta=1.0, causal="yes")
     with pytest.raises(ValueError, match="'foo' is not a NumPy dtype"):
         jd.Integration(dtype="foo")
+    with pytest.raises(ValueError, match="dtype must be float32 or float64, got float16"):
+        jd.Integration(dtype=np.float16)
 
 
 @pytest.mark.parametrize(

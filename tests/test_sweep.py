@@ -112,8 +112,10 @@ def test_sweep_member_equals_its_hand_made_run(three_methods):
         members.initial_state(5)
     with pytest.raises(ValueError, match="must be an int"):
         members.initial_state(True)
-    with pytest.raises(ValueError, match="real floating point, got int32"):
+    with pytest.raises(ValueError, match="must be float32 or float64, got int32"):
         members.initial_state(0, dtype=jnp.int32)
+    with pytest.raises(ValueError, match="must be float32 or float64, got float16"):
+        members.initial_state(0, dtype=jnp.float16)
     p = three_methods["particles"]
     rate = float(p.rate[2])
     assert abs(rate - np.linalg.norm(CASES_V[2], 2)) < 1e-12
@@ -331,7 +333,12 @@ def test_resume_refuses_chunks_of_another_sweep_and_damaged_files(tmp_path):
         (dict(rtol=0.0), "rtol must be a finite positive"),
         (dict(gap_floor=-1.0), "gap_floor"),
         (dict(cluster_tol=float("nan")), "cluster_tol"),
-        (dict(dtype=np.int32), "floating dtype"),
+        (dict(dtype=np.int32), "dtype must be float32 or float64, got int32"),
+        # Half precision was taken and failed deep inside JAX (complex arithmetic, LAPACK).
+        (dict(dtype="float16"), "dtype must be float32 or float64, got float16"),
+        (dict(dtype=jnp.bfloat16), "dtype must be float32 or float64, got bfloat16"),
+        (dict(dtype="float16", method="watanabe_strogatz"), "got float16"),
+        (dict(dtype="no such dtype"), "is not a NumPy dtype"),
         (dict(score_shift="foo"), "score_shift"),
         (dict(A=np.eye(2) * (1 + 1j)), "real matrix"),
         (dict(A=np.zeros((0, 2, 2))), "empty batch"),

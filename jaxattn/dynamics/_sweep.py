@@ -217,6 +217,19 @@ def natural_rate(A, V, beta, kernel: str = "lsa", score_shift=0.0):
     return kernel_rate(A, V, beta, kernel, score_shift)
 
 
+def _member_dtype(where: str, dtype) -> np.dtype:
+    """`dtype` as a NumPy dtype, if members can run in it: float32 or float64. Half
+    precision (float16, bfloat16) is refused by name: the reductions' complex arithmetic and
+    the linear algebra have no half-precision kernels, which failed deep inside JAX."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"{where}: dtype {dtype!r} is not a NumPy dtype.") from None
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ValueError(f"{where}: dtype must be float32 or float64, got {dt}.")
+    return dt
+
+
 def _count(where, name, value, lo=1):
     if isinstance(value, bool) or not float(value).is_integer() or int(value) < lo:
         raise ValueError(f"{where}: {name} must be an integer >= {lo}, got {value!r}.")
@@ -413,13 +426,13 @@ class Members(eqx.Module):
         `s = r t`, `r = flow.natural_rate(x0)` (`SweepResult.rate`): for
         `AttentionDynamics` the flow with `V / r`, to `s = t1`.
 
-        **Arguments:** `i`, the member's flat index in `[0, size)`; `dtype`, the real
-        floating dtype the member runs in (default: JAX's default float, the dtype of a sweep
+        **Arguments:** `i`, the member's flat index in `[0, size)`; `dtype`, float32 or
+        float64, the dtype the member runs in (default: JAX's default float, the dtype of a sweep
         without `Integration(dtype=...)`, whatever the flow's own dtype). The draws depend on
         the dtype.
 
-        **Raises:** `ValueError` for an index out of range or a bool, or a dtype that is not
-        real floating point; `TypeError` for a non-integer index.
+        **Raises:** `ValueError` for an index out of range or a bool, or a dtype other than
+        float32 and float64; `TypeError` for a non-integer index.
         """
         if isinstance(i, (bool, np.bool_)):
             raise ValueError(f"Members.initial_state: the member index must be an int, got {i}.")
@@ -431,10 +444,8 @@ class Members(eqx.Module):
             )
         if dtype is None:  # as `Integration.resolved_dtype`: the sweep casts the flow to it
             dtype = jnp.result_type(float)
-        elif not jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
-            raise ValueError(
-                f"Members.initial_state: dtype must be real floating point, got {jnp.dtype(dtype)}."
-            )
+        else:
+            dtype = _member_dtype("Members.initial_state", dtype)
         x0, _, R0 = _initial_state(jax.random.key(self.seeds[i]), self, jnp.dtype(dtype))
         return R0 if self.method == "ott_antonsen" else x0
 
@@ -451,10 +462,11 @@ class Integration(eqx.Module):
       window of these).
     - `time_scale`: `"natural"` or `"physical"`.
     - `rtol`, `atol`, `max_steps`: forwarded to the solver (PID controller).
-    - `dtype`: real floating dtype of the members (default: JAX's default float).
+    - `dtype`: float32 or float64, the members' dtype (default: JAX's default float).
 
     **Raises:** `ValueError` naming the argument for a non-positive or non-finite
-    horizon/tolerance, `max_steps < 1`, an unknown time scale or a non-floating dtype.
+    horizon/tolerance, `max_steps < 1`, an unknown time scale or a dtype other than float32
+    and float64.
     """
 
     t1: float = eqx.field(static=True)
@@ -488,12 +500,7 @@ class Integration(eqx.Module):
         self.atol = _positive(where, "atol", atol)
         self.max_steps = _count(where, "max_steps", max_steps)
         if dtype is not None:
-            try:
-                dtype = np.dtype(dtype)
-            except TypeError:
-                raise ValueError(f"{where}: dtype {dtype!r} is not a NumPy dtype.") from None
-            if not np.issubdtype(dtype, np.floating):
-                raise ValueError(f"{where}: dtype must be a real floating dtype, got {dtype}.")
+            dtype = _member_dtype(where, dtype)
         self.dtype = dtype
 
     def resolved_dtype(self) -> np.dtype:
@@ -2708,6 +2715,8 @@ def _attention_members(
         raise ValueError(f"sweep: kernel must be 'lsa', 'usa' or 'sa', got {kernel!r}.")
     if batching not in ("cartesian", "flat"):
         raise ValueError(f"sweep: batching must be 'cartesian' or 'flat', got {batching!r}.")
+    asked = dtype is not None
+    dtype = np.dtype(jnp.result_type(float)) if dtype is None else _member_dtype("sweep", dtype)
     if score_shift != "auto" and (
         isinstance(score_shift, bool) or not isinstance(score_shift, (int, float, np.number))
     ):
@@ -2753,7 +2762,7 @@ def _attention_members(
     need = B * (4 * (2 * d * d + 2) * 8 + 32)
     what = "their broadcast parameters"
     if num_save is not None:
-        need += B * _results_memory(num_save, jnp.result_type(float) if dtype is None else dtype)
+        need += B * _results_memory(num_save, dtype)
         what += " and results"
     _check_host_memory(B, need, what)
     if batching == "cartesian":
@@ -2764,10 +2773,6 @@ def _attention_members(
             ar if m > 1 else np.zeros(B, int)
             for m in (A.shape[0], V.shape[0], beta.shape[0], seeds.shape[0])
         )
-    asked = dtype is not None
-    dtype = np.dtype(jnp.result_type(float) if dtype is None else dtype)
-    if not np.issubdtype(dtype, np.floating):
-        raise ValueError(f"sweep: dtype must be a real floating dtype, got {dtype}.")
     if not asked:
         # The members are cast here, before `sweep` sees them: the narrowing check of
         # `_cast_flow` runs on the (few) inputs, not on the broadcast members.
