@@ -116,6 +116,7 @@ def _bare_floor(A, V, x0, t1, num_save, repeat=20):
 
     flow = AttentionDynamics(A=jnp.asarray(A), V=jnp.asarray(V), beta=1.0)
     y0 = jnp.asarray(x0.T)
+    defaults = Integration(t1)  # the sweep's tolerances and step budget
     out = {}
     for saves in (2, num_save):
         ts = jnp.linspace(0.0, t1, saves)
@@ -130,8 +131,8 @@ def _bare_floor(A, V, x0, t1, num_save, repeat=20):
                 None,
                 y0,
                 saveat=diffrax.SaveAt(ts=ts),
-                stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-9),
-                max_steps=16384,
+                stepsize_controller=diffrax.PIDController(rtol=defaults.rtol, atol=defaults.atol),
+                max_steps=defaults.max_steps,
                 throw=False,
                 adjoint=diffrax.ForwardMode(),
             )
@@ -163,7 +164,7 @@ def _budget(A, V, x0, *, methods, n, t1, compact, scipy_rate, oa_rate):
             if method == "particles":
                 goal, allowed = "10x scipy", 1 / (10 * scipy_rate[ts])
             else:
-                goal, allowed = "1/3 OA", 3 / oa_rate.get(ts, float("nan"))
+                goal, allowed = "1/3 OA", 3 / oa_rate[ts]
             lines.append(
                 (
                     f"{method}, {ts}",
@@ -326,10 +327,12 @@ def main(
             add(f"scan: particles physical, slots {S}, K {K}", s, res)
 
     # The goal compares WS with the Ott–Antonsen sweep at its defaults (lockstep).
-    oa_rate = {
-        r["name"].split(", ")[1]: r["members_per_s"]
-        for r in rows
-        if r["name"].startswith("ott_antonsen") and "lockstep" in r["name"]
+    oa = {
+        ts: next(
+            (r for r in rows if r["name"] == f"ott_antonsen, {ts}, lockstep (old default)"),
+            dict(members_per_s=float("nan")),
+        )
+        for ts in ("physical", "natural")
     }
     parts = None
     if budget:
@@ -342,15 +345,8 @@ def main(
             t1=t1,
             compact=compact,
             scipy_rate=scipy_rate,
-            oa_rate=oa_rate,
+            oa_rate={ts: r["members_per_s"] for ts, r in oa.items()},
         )
-    oa = {
-        ts: next(
-            (r for r in rows if r["name"] == f"ott_antonsen, {ts}, lockstep (old default)"),
-            dict(members_per_s=float("nan")),
-        )
-        for ts in ("physical", "natural")
-    }
     print(
         f"\nload average {os.getloadavg()}, {os.cpu_count()} cores, "
         f"{pairs} pairs, d = 2, n = {n}, t1 = {t1}, float64"
