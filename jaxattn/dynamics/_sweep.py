@@ -1037,11 +1037,11 @@ def _particle_series(sphere: bool, euclidean: bool, token_major: bool):
 
 def _save_plan(cfg: _Config, ts, post):
     """Save grids and functions of the compact path: OA and WS save their (2–3 real)
-    states at every save time (`fns = None`; interpolated from each segment's dense output,
-    `DENSE_SAVES`); particles save the moment series at every
-    save time and the tokens only from `_late_start` on, which is all their judge reads
-    (saving every token cost more than the steps: a vmapped diffrax loop selects over
-    its whole save buffer at every save)."""
+    states at every save time (`fns = None`; interpolated from each segment's dense
+    output, `DENSE_SAVES`); particles save the moment series at every save time and the
+    tokens only from `_late_start` on, which is all their judge reads (saving every token
+    cost more than the steps: a vmapped diffrax loop selects over its whole save buffer at
+    every save)."""
     if cfg.method != "particles":
         return ts, None
     checks, _, run_flow = post
