@@ -38,6 +38,7 @@ from jaxattn.dynamics._watanabe_strogatz import _points, _token_speeds
 from jaxattn.sphere import (
     _atan,
     _atan2,
+    _sort,
     _step_angle,
     geodesic_distance,
     normalise,
@@ -218,6 +219,28 @@ def test_vectorised_atan_is_within_one_ulp_of_the_c_library():
     assert got32.dtype == np.float32
     exact = np.arctan(x32.astype(np.float64))
     assert np.max(np.abs(got32 - exact) / np.spacing(np.abs(exact).astype(np.float32))) < 1.5
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_integer_key_sort_equals_jnp_sort(dtype):
+    rng = np.random.default_rng(12)
+    lim = np.finfo(dtype).maxexp * 0.28  # decimal exponents well inside the range
+    x = rng.normal(size=(7, 300)) * 10.0 ** rng.integers(-lim, lim, size=(7, 300))
+    sub = np.finfo(dtype).tiny / 4  # a subnormal
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, sub, -sub, 5.0, 5.0]
+    x[:, : len(specials)] = specials
+    x = rng.permuted(x, axis=1).astype(dtype)
+    # A NaN with the sign bit set, as x86 makes it, sorts last too.
+    x[0, 0] = np.copysign(np.nan, -1.0)
+    got = np.asarray(jax.jit(_sort)(jnp.asarray(x)))
+    assert got.dtype == dtype
+    # numpy's order (NaN last, as jnp.sort). jnp.sort on the CPU differs only in reading
+    # subnormals as zero (their order among the zeros is kept as given).
+    np.testing.assert_array_equal(got, np.sort(x, axis=-1))  # NaN equal here; −0 == +0
+    tiny = np.finfo(dtype).tiny
+    normal = np.asarray(jnp.sort(jnp.asarray(np.where(np.abs(x) < tiny, 0, x)), axis=-1))
+    np.testing.assert_array_equal(got[np.abs(got) >= tiny], normal[np.abs(normal) >= tiny])
+    assert np.all(np.isnan(got[:, -2:])) and not np.any(np.isnan(got[:, :-3]))
 
 
 def test_atan_based_angles_equal_atan2_and_the_geodesic_distance():

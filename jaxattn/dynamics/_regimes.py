@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, Int
 
-from ..sphere import _step_angle, normalise
+from ..sphere import _atan2, _sort, _step_angle, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import Trajectory
 from ._vector_field import moment_rows
@@ -924,7 +924,7 @@ def _circle_cluster_structure(x, cluster_tol):
     n = x.shape[0]
     tol = 2 * float(np.arcsin(min(cluster_tol / 2, 1.0)))  # chordal -> angular distance
     two_pi = 2 * jnp.pi
-    phi = jnp.sort(jnp.mod(jnp.arctan2(x[:, 1], x[:, 0]), two_pi))
+    phi = _sort(jnp.mod(_atan2(x[:, 1], x[:, 0]), two_pi))
     gaps = jnp.diff(jnp.concatenate([phi, phi[:1] + two_pi]))  # gap k: point k to k + 1
     breaks = gaps >= tol
     num = jnp.where(jnp.any(breaks), jnp.sum(breaks), 1)

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Complex, Float
 
-from ..sphere import _atan2
+from ..sphere import _atan2, _sort
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection
 from ._segments import Problem, solve_problem
@@ -161,7 +161,7 @@ def _barycentre(z, max_iter, tol):
 def _largest_group_size(theta, atol):
     """Size of the largest group of coinciding points `e^{2iθ_k}` (sorted gaps < atol), jit-safe."""
     n = theta.shape[0]
-    phi = jnp.sort(jnp.mod(2 * theta, 2 * jnp.pi))
+    phi = _sort(jnp.mod(2 * theta, 2 * jnp.pi))
     gaps = jnp.diff(jnp.concatenate([phi, phi[:1] + 2 * jnp.pi]))
     close = gaps < atol  # close[k]: sorted points k and k+1 (cyclically) coincide
     new_group = jnp.concatenate([jnp.ones((1,), bool), ~close[:-1]])
