@@ -206,8 +206,11 @@ def test_keyword_options_beside_a_part_object_are_refused_not_dropped():
         (-1.0, r"beta is an inverse temperature and must be > 0; beta = -1 for all 4 members"),
         (0.0, r"beta = 0 for all 4 members"),
         ([0.0, -1.0, -2.0, -0.5], r"beta <= 0 for all 4 members \(from -2 to 0\)"),
+        (float("nan"), r"must be a finite number > 0; beta = nan for all 4 members"),
+        (float("inf"), r"must be a finite number > 0; beta = inf for all 4 members"),
+        ([np.nan, -1.0, np.inf, 0.0], r"not finite or <= 0 for all 4 members \(2 not finite\)"),
     ],
-    ids=["negative", "zero", "per_member"],
+    ids=["negative", "zero", "per_member", "nan", "inf", "mixed"],
 )
 def test_beta_that_fails_every_member_is_refused_up_front(beta, message):
     before = sw.num_traces()
@@ -220,6 +223,10 @@ def test_beta_that_fails_some_members_still_runs():
     res = sweep(A4, V4, [1.0, -1.0, 1.0, 0.0], [0, 1, 2, 3], **OA)
     assert res.failed.tolist() == [False, True, False, True]
     assert np.all(res.result[[1, 3]] == RESULTS.nonpositive_beta._value)
+    assert np.all(np.isfinite(res.R2[[0, 2]]))
+    res = sweep(A4, V4, [1.0, np.nan, 1.0, np.inf], [0, 1, 2, 3], **OA)
+    assert res.failed.tolist() == [False, True, False, True]
+    assert np.all(res.result[[1, 3]] == RESULTS.nonfinite_argument._value)
     assert np.all(np.isfinite(res.R2[[0, 2]]))
 
 

@@ -1583,12 +1583,25 @@ def _check_host_memory(num_members: int, need: int, what: str = "their results")
 def _refuse_doomed(members: Members, flow) -> None:
     """Refuse a batch of `AttentionDynamics` whose every member is sure to fail for a reason
     seen before solving (instead of solving the batch to fail each member): β ≤ 0 (an
-    inverse temperature) for all, or, for particles, a non-finite `score_shift` for all.
-    Batches where only some members fail run, with per-member status."""
+    inverse temperature) or not finite for all, or, for particles, a non-finite
+    `score_shift` for all. Batches where only some members fail run, with per-member
+    status."""
     if not isinstance(flow, AttentionDynamics):
         return
     B = members.size
     beta = np.asarray(flow.beta, np.float64).ravel()
+    if beta.size and np.all(~np.isfinite(beta) | (beta <= 0)) and not np.all(beta <= 0):
+        same = np.all((beta == beta[0]) | (np.isnan(beta) & np.isnan(beta[0])))
+        got = (
+            f"beta = {beta[0]:g} for all {B} members"
+            if same
+            else f"beta is not finite or <= 0 for all {B} members "
+            f"({int(np.sum(~np.isfinite(beta)))} not finite)"
+        )
+        raise ValueError(
+            f"sweep: beta is an inverse temperature and must be a finite number > 0; {got}, "
+            "so every member would fail: nothing was run."
+        )
     if beta.size and np.all(beta <= 0):
         got = (
             f"beta = {beta[0]:g} for all {B} members"
