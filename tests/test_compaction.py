@@ -221,9 +221,13 @@ SWEEP_KW = dict(n=16, t1=30.0, num_save=61, time_scale="physical", max_steps=256
 
 
 @pytest.mark.parametrize("method", ["particles", "ott_antonsen", "watanabe_strogatz"])
-def test_compacted_members_equal_their_solo_runs(method):
+def test_compacted_members_equal_their_solo_runs(method, monkeypatch):
+    from jaxattn.dynamics import _sweep as sw
     from jaxattn.dynamics._sweep import sweep
 
+    # Prepared and classified 4 at a time (`lax.map`: a block of 4 and the rest, 2), as a
+    # CPU pool does 16 at a time.
+    monkeypatch.setattr(sw, "CPU_BLOCK", 4)
     kw = dict(SWEEP_KW, method=method, progress=False)
     seeds = np.arange(6)
     # Two slots for six members: every slot is refilled, a failed member retires early.

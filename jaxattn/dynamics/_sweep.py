@@ -566,6 +566,12 @@ class Judge(eqx.Module):
 SEGMENT_STEPS = 32
 ACCELERATOR_SLOTS = 128
 CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 1}
+# On the CPU a compacting pool prepares (initial states, Möbius constants) and classifies
+# its members `CPU_BLOCK` at a time (`lax.map`), not all at once: the classification's
+# (members, n) arrays then stay in cache (Watanabe–Strogatz, 512 members, n = 256: R₂ at
+# the saves and the token speeds 135 -> 109 µs per member, bitwise the same). Elsewhere
+# all at once.
+CPU_BLOCK = 16
 # The solver of every sweep member: Tsit5 with its stages in a plain `lax` loop. Sweeps are
 # forward solves (nothing differentiates through them), so diffrax's default stage loop,
 # checkpointed for reverse-mode autodiff, only adds bookkeeping to every step. Measured on
@@ -1051,11 +1057,32 @@ def _save_plan(cfg: _Config, ts, post):
     return (ts, ts[late:]), (series, None)
 
 
-def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps: int):
-    """One device's members: prepared all at once, solved `slots` at a time by segments of
-    `steps` steps in one `while_loop` (a finished slot takes the next member of the
-    queue), then finished and classified all at once. Members with `live = False` (the
-    padding of a chunk) sit at the end and are never solved.
+def _blocked_vmap(fn, block, *args):
+    """`eqx.filter_vmap(fn)(*args)` over the leading axis of every array in `args`,
+    computed `block` members at a time (`jax.lax.map`) when `block` is an int smaller than
+    the batch; the same numbers either way."""
+    m = jax.tree_util.tree_leaves(eqx.filter(args, eqx.is_array))[0].shape[0]
+    if block is None or block >= m:
+        return eqx.filter_vmap(fn)(*args)
+    dyn, static = eqx.partition(args, eqx.is_array)
+    out_static = []  # the outputs' non-array parts (solver, terms), set while tracing
+
+    def one(d):
+        out, rest = eqx.partition(fn(*eqx.combine(d, static)), eqx.is_array)
+        out_static[:] = [rest]
+        return out
+
+    return eqx.combine(jax.lax.map(one, dyn, batch_size=block), out_static[0])
+
+
+def _compact_local(
+    dynamic, static, seed, live, cfg: _Config, slots: int, steps: int, block: int | None
+):
+    """One device's members: prepared, solved `slots` at a time by segments of `steps`
+    steps in one `while_loop` (a finished slot takes the next member of the queue), then
+    finished and classified; preparing and classifying take `block` members at a time
+    (`None`: all at once). Members with `live = False` (the padding of a chunk) sit at the
+    end and are never solved.
 
     **Returns:** the per-member outputs and the number of solver-loop iterations the pool
     ran, shape `(1,)`: per segment, the most steps any slot took in it (a vmapped loop runs
@@ -1068,7 +1095,7 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
         dtype = jnp.result_type(float)
     ts = jnp.linspace(0.0, cfg.t1, cfg.num_save, dtype=dtype)
     t1 = jnp.asarray(cfg.t1, dtype)
-    problems, post = eqx.filter_vmap(lambda f, s: _member_problem(f, s, cfg))(flow, seed)
+    problems, post = _blocked_vmap(lambda f, s: _member_problem(f, s, cfg), block, flow, seed)
     p_dyn, p_static = eqx.partition(problems, eqx.is_array)
 
     def problem_of(d):
@@ -1146,21 +1173,24 @@ def _compact_local(dynamic, static, seed, live, cfg: _Config, slots: int, steps:
 
     carry = (pool, slot, jnp.minimum(num_live, slots), finished, jnp.zeros((), jnp.int32))
     _, _, _, finished, iterations = jax.lax.while_loop(cond, body, carry)
-    out = eqx.filter_vmap(lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype))(
-        finished, post
+    out = _blocked_vmap(
+        lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype),
+        block,
+        finished,
+        post,
     )
     return out, iterations[None]
 
 
 @eqx.filter_jit
 @eqx.debug.assert_max_traces(max_traces=None)  # counts traces; tests read the count
-def _sweep_chunk_compact(dynamic, static, seed, live, cfg: _Config, mesh, slots, steps):
+def _sweep_chunk_compact(dynamic, static, seed, live, cfg: _Config, mesh, slots, steps, block):
     if mesh is None:
-        return _compact_local(dynamic, static, seed, live, cfg, slots, steps)
+        return _compact_local(dynamic, static, seed, live, cfg, slots, steps, block)
     # Each device runs its own pool and queue: no collective inside the loop.
     spec = PartitionSpec("batch")
     local = jax.shard_map(
-        lambda dyn, s, lv: _compact_local(dyn, static, s, lv, cfg, slots, steps),
+        lambda dyn, s, lv: _compact_local(dyn, static, s, lv, cfg, slots, steps, block),
         mesh=mesh,
         in_specs=(spec, spec, spec),
         out_specs=spec,
@@ -2245,6 +2275,7 @@ def _run(
                         mesh if ndev > 1 else None,
                         slots,
                         segment_steps(slots),
+                        CPU_BLOCK if jax.devices()[0].platform == "cpu" else None,
                     )
                     res, iterations = _fetch((res, iterations))
                     back = np.empty(m, int)
