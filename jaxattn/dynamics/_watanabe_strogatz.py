@@ -133,7 +133,10 @@ def _barycentre(z, max_iter, tol):
     """
 
     def recentre(zeta):
-        return (z - zeta) / (1 - jnp.conj(zeta) * z)
+        # (z − ζ)/D as (z − ζ) conj(D) · (1/|D|²): XLA's complex division is scalar code
+        # on the CPU (the iteration took 2.4× as long with it).
+        D = 1 - jnp.conj(zeta) * z
+        return (z - zeta) * jnp.conj(D) * (1 / (jnp.real(D) ** 2 + jnp.imag(D) ** 2))
 
     def cond(state):
         _, it, res = state
@@ -190,9 +193,13 @@ def _constants(theta0, max_iter, tol):
     accept = jnp.maximum(tol, 1e2 * eps / jnp.where(gap > 0, gap, 1))
     nondegenerate = 2 * _largest_group_size(th, 1e-12) < n
     valid = finite & nondegenerate & (gap > 0) & (res <= accept)
-    w = (z - zeta) / (1 - jnp.conj(zeta) * z)
-    # Lifted ψ_k: θ_k(0) = ψ_k/2 + arg(1 + ζ0 conj(w_k)) with Ψ0 = 0.
-    psi = 2 * th - 2 * jnp.angle(1 + zeta * jnp.conj(w))
+    # Lifted ψ_k: θ_k(0) = ψ_k/2 + arg(1 + ζ0 conj(w_k)) with Ψ0 = 0, where
+    # w_k = (z_k − ζ0)/D_k, D_k = 1 − conj(ζ0) z_k: the argument of |D_k|² + ζ0 conj(z_k − ζ0) D_k
+    # (the same number times |D_k|² > 0), without a complex division and through the
+    # vectorised `_atan2` (XLA's complex division and `atan2` are scalar code on the CPU).
+    D = 1 - jnp.conj(zeta) * z
+    p = (jnp.real(D) ** 2 + jnp.imag(D) ** 2) + zeta * jnp.conj(z - zeta) * D
+    psi = 2 * th - 2 * _atan2(jnp.imag(p), jnp.real(p))
     return WatanabeStrogatzConstants(
         theta0=theta0,
         zeta0=zeta,
