@@ -138,13 +138,24 @@ _PI_2_LOW = 6.123233995736766e-17  # π/2 − fl(π/2)
 def _atan(x: Float[Array, "..."]) -> Float[Array, "..."]:
     """`atan(x)` as a rational function in multiply-adds and one division: equal to
     `jnp.arctan` to rounding (at most 1 ulp in float64 against the C library, about 1.3
-    ulp in float32), ±π/2 at ±inf, NaN for NaN, odd in `x` (signed zeros kept).
+    ulp in float32), ±π/2 at ±inf, NaN for NaN, odd in `x` (signed zeros kept), with the
+    derivative `1/(1 + x²)` (at ±0 too). Integer input is read as floats of JAX's default
+    float type. Subnormal arguments read as zero where the backend flushes them (XLA's CPU
+    does, in the division), as angles in the classifiers never are.
 
     The argument is reduced to `|r| ≤ tan(π/8)` (`r = a`, `(a − 1)/(a + 1)` above 0.66, or
     `−1/a` above tan(3π/8), `a = |x|`), then `atan(r) = r + r z P(z)/Q(z)`, `z = r²`, and
     π/4 or π/2 (with its low-order part) is added back. On the CPU, XLA's `atan` is scalar
     code: inside the classifiers' fused token-motion loops this vectorises, ~3× less time
-    for the Watanabe–Strogatz tail's token speeds (`experiments/bench_compaction.py`)."""
+    for the Watanabe–Strogatz tail's token speeds (`experiments/bench_compaction.py`).
+
+    **Raises:** `TypeError` for complex input.
+    """
+    x = jnp.asarray(x)
+    if jnp.iscomplexobj(x):
+        raise TypeError(f"_atan: real input only, got dtype {x.dtype}.")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
     a = jnp.abs(x)
     big = a > _TAN_3PI_8
     mid = a > 0.66
@@ -159,8 +170,10 @@ def _atan(x: Float[Array, "..."]) -> Float[Array, "..."]:
     for c in _ATAN_Q[1:]:
         q = q * z + c
     quarter = jnp.where(mid, 0.25 * jnp.pi + 0.5 * _PI_2_LOW, 0)
-    base = jnp.where(big, 0.5 * jnp.pi + _PI_2_LOW, quarter)
-    return jnp.copysign(base + (r + r * (z * p / q)), x).astype(jnp.result_type(x))
+    t = (jnp.where(big, 0.5 * jnp.pi + _PI_2_LOW, quarter) + (r + r * (z * p / q))).astype(x.dtype)
+    # atan(±0) = ±0 is x itself (and its derivative 1: a sign flip on |x| would give −1
+    # at −0).
+    return jnp.where(x == 0, x, jnp.where(x < 0, -t, t))
 
 
 def _atan2(y: Float[Array, "..."], x: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -178,7 +191,10 @@ def _atan2(y: Float[Array, "..."], x: Float[Array, "..."]) -> Float[Array, "..."
 
 def _sort(x: Float[Array, "... m"]) -> Float[Array, "... m"]:
     """`jnp.sort(x, axis=-1)` of a real float array, the same values in the same order
-    (NaN last, as `jnp.sort`; a −0 and a +0 may swap places), by sorting integer keys.
+    (NaN last, as `jnp.sort`; −0 before +0; subnormals in their order, where XLA's CPU
+    `jnp.sort` reads them as zero), by sorting integer keys. Other dtypes (integers,
+    complex, 8-bit floats) are passed to `jnp.sort`. For values only: the result carries
+    no gradient (the keys are bit patterns).
 
     The keys are the IEEE bit patterns with the negative ones flipped (a monotone map of
     the floats to integers; NaN made the one positive quiet NaN, which sorts last). XLA's
@@ -186,8 +202,11 @@ def _sort(x: Float[Array, "... m"]) -> Float[Array, "... m"]:
     comparison of floats: at 256 elements a row, ~24 → 6 µs (the degeneracy check of the
     Watanabe–Strogatz constants and the circle's cluster structure, once per sweep member).
     """
-    x = jnp.where(jnp.isnan(x), jnp.nan, x)
-    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}[x.dtype.itemsize]
+    x = jnp.asarray(x)
+    itype = {2: jnp.int16, 4: jnp.int32, 8: jnp.int64}.get(x.dtype.itemsize)
+    if not jnp.issubdtype(x.dtype, jnp.floating) or itype is None:
+        return jnp.sort(x, axis=-1)
+    x = jax.lax.stop_gradient(jnp.where(jnp.isnan(x), jnp.nan, x).astype(x.dtype))
     i = jax.lax.bitcast_convert_type(x, itype)
     flip = jnp.iinfo(itype).max
     key = jnp.where(i < 0, i ^ flip, i)

@@ -219,6 +219,16 @@ def test_vectorised_atan_is_within_one_ulp_of_the_c_library():
     assert got32.dtype == np.float32
     exact = np.arctan(x32.astype(np.float64))
     assert np.max(np.abs(got32 - exact) / np.spacing(np.abs(exact).astype(np.float32))) < 1.5
+    # Integers read as floats; the derivative 1/(1 + x²), at ±0 too (also through _atan2).
+    np.testing.assert_allclose(_atan(jnp.asarray([1, -5])), np.arctan([1.0, -5.0]), rtol=1e-15)
+    edges = jnp.asarray([0.0, -0.0, 0.66, 2.414213562373095])
+    xs = jnp.concatenate([edges, jnp.linspace(-9, 9, 101)])
+    grads = jax.vmap(jax.grad(_atan))(xs)
+    np.testing.assert_allclose(grads, 1 / (1 + xs**2), rtol=1e-14)
+    dy, dx = jax.grad(_atan2, (0, 1))(0.0, -1.0)
+    assert (float(dy), float(dx)) == (-1.0, 0.0)
+    with pytest.raises(TypeError, match="real input only"):
+        _atan(jnp.asarray([1j]))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -237,6 +247,11 @@ def test_integer_key_sort_equals_jnp_sort(dtype):
     # numpy's order (NaN last, as jnp.sort). jnp.sort on the CPU differs only in reading
     # subnormals as zero (their order among the zeros is kept as given).
     np.testing.assert_array_equal(got, np.sort(x, axis=-1))  # NaN equal here; −0 == +0
+    # Other dtypes go to jnp.sort (integers keep every digit).
+    big = jnp.asarray([2**53 + 1, 2**53, -3])
+    np.testing.assert_array_equal(_sort(big), [-3, 2**53, 2**53 + 1])
+    assert _sort(big).dtype == big.dtype
+    np.testing.assert_array_equal(_sort(jnp.asarray([3 + 1j, 1 + 0j])), [1 + 0j, 3 + 1j])
     tiny = np.finfo(dtype).tiny
     normal = np.asarray(jnp.sort(jnp.asarray(np.where(np.abs(x) < tiny, 0, x)), axis=-1))
     np.testing.assert_array_equal(got[np.abs(got) >= tiny], normal[np.abs(normal) >= tiny])
