@@ -931,7 +931,7 @@ def _circle_cluster_structure(x, cluster_tol):
     starts = jnp.roll(breaks, 1)  # point k opens a group when the gap before it is a break
     # Does the antipode of a group's first point fall on (or within) another group?
     target = jnp.mod(phi + jnp.pi, two_pi)
-    idx = jnp.searchsorted(phi, target)
+    idx = jnp.searchsorted(phi, target, method="scan_unrolled")  # the same search, unrolled
     right = jnp.where(idx < n, phi[jnp.minimum(idx, n - 1)], phi[0] + two_pi)
     left = jnp.where(idx > 0, phi[jnp.maximum(idx - 1, 0)], phi[n - 1] - two_pi)
     near = jnp.minimum(right - target, target - left) < tol

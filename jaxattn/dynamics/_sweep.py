@@ -142,6 +142,7 @@ from ._solve import (
 )
 from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics, kernel_rate, narrowing, unit_columns
+from ._watanabe_strogatz import _order_parameter_w as _ws_order_parameter
 from ._watanabe_strogatz import _points as _ws_points
 from ._watanabe_strogatz import _token_speeds as _ws_token_speeds
 from ._watanabe_strogatz import (
@@ -829,14 +830,15 @@ def _member_setup(flow, seed, cfg: _Config):
     return dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw
 
 
-def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, series=None):
+def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, series=None, w=None):
     """Classify one solved member (`sol` a `Trajectory`, `OttAntonsenSolution` or
     `WatanabeStrogatzSolution`); every output is an array with no batch axis.
 
     Particles are judged by `_classify_series` from the moment series and the late tokens
     (`classify_tokens` of every token, computed from what it reads): `sol.xs` holds every
     save (the whole solve) or, with `series` (the compact path's saved `_token_series`),
-    the saves from `_late_start` on."""
+    the saves from `_late_start` on. Watanabe–Strogatz members take `w = (cos ψ, sin ψ)`
+    from their prepared problem when given (the same numbers as of `sol.constants.psi`)."""
     if cfg.method == "ott_antonsen":
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
@@ -845,10 +847,12 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
         # tokens' speeds on the tail's intervals (from the Möbius parameters) and the
         # last tokens: reconstructing tokens cost more than the solve (every save), then
         # half of it (the tail's).
-        R2 = sol.order_parameter()
-        tail = _tail_start(cfg.num_save, cfg.window)
         psi = sol.constants.psi
-        speeds = _ws_token_speeds(ts[tail:], sol.zeta[tail:], sol.Psi[tail:], psi)
+        if w is None:
+            w = (jnp.cos(psi), jnp.sin(psi))
+        R2 = _ws_order_parameter(sol.zeta, sol.Psi, *w)
+        tail = _tail_start(cfg.num_save, cfg.window)
+        speeds = _ws_token_speeds(ts[tail:], sol.zeta[tail:], sol.Psi[tail:], psi, w)
         x_last = _ws_points(sol.zeta[-1:], sol.Psi[-1:], psi)[0]
         gap = 1 - (jnp.real(R2) ** 2 + jnp.imag(R2) ** 2)
         regime, ev = _classify_circle(
@@ -1008,8 +1012,9 @@ def _member_finish(state, post, cfg: _Config, dtype):
     if gap_floor is None:
         gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
+    w = checks.w if cfg.method == "watanabe_strogatz" else None
     regime, result, failed, order, R2, evidence = _member_judge(
-        cfg, ts, sol, run_flow, rate, classify_kw, dtype, series
+        cfg, ts, sol, run_flow, rate, classify_kw, dtype, series, w
     )
     lyap = jnp.full((2,), jnp.nan, dtype)
     return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)

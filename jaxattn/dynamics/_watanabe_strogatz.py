@@ -399,7 +399,7 @@ def _points(zeta, Psi, psi):
     return jnp.stack([jnp.real(z), jnp.imag(z)], axis=-1)
 
 
-def _token_speeds(ts, zeta, Psi, psi):
+def _token_speeds(ts, zeta, Psi, psi, w=None):
     """Mean geodesic speed of the tokens on each save interval, shape `(times − 1,)`, from
     the Möbius parameters `zeta`, `Psi` at the save times `ts` (shape `(times,)`) and the
     constants `psi` (shape `(n,)`): what `_regimes._token_motion` gives of the
@@ -415,8 +415,9 @@ def _token_speeds(ts, zeta, Psi, psi):
     interval: on the CPU a loop body with the carry as a second output, or with a real
     reduction, compiled several times slower (at n = 256, 512 members: 112 → 40 µs per
     member; it was the largest part of a Watanabe–Strogatz member's classification).
+    `w`: `(cos ψ, sin ψ)` when the caller has them.
     """
-    wc, ws = jnp.cos(psi), jnp.sin(psi)  # e^{−iψ} = wc − i ws
+    wc, ws = (jnp.cos(psi), jnp.sin(psi)) if w is None else w  # e^{−iψ} = wc − i ws
 
     def u(z, c, s):  # 1 + ζ e^{−iφ}, with e^{−iΨ} = c − i s
         er = c * wc - s * ws
@@ -444,7 +445,11 @@ def _order_parameter(zeta, Psi, psi):
     """`R₂ = (1/n) Σ_k M(e^{iψ_k})` at Möbius parameters `zeta`, `Psi` (shape `(times,)`),
     complex, shape `(times,)`: `WatanabeStrogatzSolution.order_parameter`. One save at a
     time, as `_points`."""
-    wr, wi = jnp.cos(psi), jnp.sin(psi)
+    return _order_parameter_w(zeta, Psi, jnp.cos(psi), jnp.sin(psi))
+
+
+def _order_parameter_w(zeta, Psi, wr, wi):
+    """`_order_parameter` from `wr, wi = cos ψ, sin ψ` (shape `(n,)`)."""
 
     def one(_, p):
         return None, _mobius_mean(*p, wr, wi)
@@ -500,6 +505,10 @@ class WatanabeStrogatzChecks(eqx.Module):
     bad: Bool[Array, ""]
     degenerate: Bool[Array, ""]
     constants: WatanabeStrogatzConstants
+    # `(cos ψ_k, sin ψ_k)` as the right-hand side reads them (of ψ = 0 for a rejected
+    # input), for the sweep's classification of the solve: XLA's float64 `cos` and `sin`
+    # are scalar code on the CPU (4.4 µs a pair at n = 256).
+    w: tuple[Float[Array, " n"], Float[Array, " n"]]
 
 
 def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
@@ -533,7 +542,8 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
         controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
-    return problem, WatanabeStrogatzChecks(bad=bad, degenerate=degenerate, constants=consts)
+    checks = WatanabeStrogatzChecks(bad=bad, degenerate=degenerate, constants=consts, w=args[3:])
+    return problem, checks
 
 
 def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
