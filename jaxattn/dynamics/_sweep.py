@@ -1625,29 +1625,25 @@ def _refuse_doomed(members: Members, flow) -> None:
         return
     B = members.size
     beta = np.asarray(flow.beta, np.float64).ravel()
-    if beta.size and np.all(~np.isfinite(beta) | (beta <= 0)) and not np.all(beta <= 0):
-        same = np.all((beta == beta[0]) | (np.isnan(beta) & np.isnan(beta[0])))
-        got = (
-            f"beta = {beta[0]:g} for all {B} members"
-            if same
-            else f"beta is not finite or <= 0 for all {B} members "
-            f"({int(np.sum(~np.isfinite(beta)))} not finite)"
-        )
-        raise ValueError(
-            f"sweep: beta is an inverse temperature and must be a finite number > 0; {got}, "
-            "so every member would fail: nothing was run."
-        )
-    if beta.size and np.all(beta <= 0):
-        got = (
-            f"beta = {beta[0]:g} for all {B} members"
-            if np.all(beta == beta[0])
-            else f"beta <= 0 for all {B} members (from {beta.min():g} to {beta.max():g})"
-        )
-        raise ValueError(
-            f"sweep: beta is an inverse temperature and must be > 0; {got}, so every member "
-            "would fail (nonpositive_beta): nothing was run (for LSA, beta < 0 is the flow "
-            "of -A: pass -A instead)."
-        )
+    if beta.size and np.all(~np.isfinite(beta) | (beta <= 0)):
+        nonpositive = np.all(beta <= 0)  # every member fails as nonpositive_beta
+        if np.all((beta == beta[0]) | (np.isnan(beta) & np.isnan(beta[0]))):
+            got = f"beta = {beta[0]:g} for all {B} members"
+        elif nonpositive:
+            got = f"beta <= 0 for all {B} members (from {beta.min():g} to {beta.max():g})"
+        else:
+            got = (
+                f"beta is not finite or <= 0 for all {B} members "
+                f"({int(np.sum(~np.isfinite(beta)))} not finite)"
+            )
+        if nonpositive:
+            why = (
+                f"must be > 0; {got}, so every member would fail (nonpositive_beta): nothing "
+                "was run (for LSA, beta < 0 is the flow of -A: pass -A instead)"
+            )
+        else:
+            why = f"must be a finite number > 0; {got}, so every member would fail: nothing was run"
+        raise ValueError(f"sweep: beta is an inverse temperature and {why}.")
     shift = np.asarray(flow.score_shift, np.float64).ravel()
     if members.method == "particles" and shift.size and not np.isfinite(shift).any():
         raise ValueError(
@@ -2152,9 +2148,10 @@ def _run(
         predicted_efficiency=None if group == "none" else _efficiency(cost[perm], sizes),
         strategy="compact" if compact else "lockstep",
     )
+    on_cpu = jax.devices()[0].platform == "cpu"
     slots_per_device = runner.slots
     if slots_per_device is None:
-        if jax.devices()[0].platform == "cpu":
+        if on_cpu:
             slots_per_device = CPU_SLOTS.get(members.method, 1)
         else:
             slots_per_device = ACCELERATOR_SLOTS
@@ -2280,7 +2277,7 @@ def _run(
                         mesh if ndev > 1 else None,
                         slots,
                         segment_steps(slots),
-                        CPU_BLOCK if jax.devices()[0].platform == "cpu" else None,
+                        CPU_BLOCK if on_cpu else None,
                     )
                     res, iterations = _fetch((res, iterations))
                     back = np.empty(m, int)
