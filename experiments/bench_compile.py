@@ -126,6 +126,13 @@ def main() -> None:
     p.add_argument("--members", type=int, default=64)
     p.add_argument("--out", default=None, help="write the table as JSON here")
     args = p.parse_args()
+    from jaxattn._xla_flags import _knows_elemental_flag
+
+    if not _knows_elemental_flag():
+        sys.exit(
+            "bench_compile: this jaxlib (0.11.1 or later) has no elemental CPU emitters "
+            "and no --xla_cpu_use_fusion_emitters flag; there is nothing to compare."
+        )
     runs = {"default": [], "elemental": []}
     for _ in range(args.rounds):
         runs["default"].append(_run("", args.members))

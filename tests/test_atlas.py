@@ -269,8 +269,10 @@ def test_prefer_fast_cpu_compiles_adds_the_flag_once_and_keeps_a_users_choice():
     import jax.numpy as jnp
 
     from jaxattn import prefer_fast_cpu_compiles
-    from jaxattn._xla_flags import ELEMENTAL_CPU_EMITTERS
+    from jaxattn._xla_flags import ELEMENTAL_CPU_EMITTERS, _knows_elemental_flag
 
+    if not _knows_elemental_flag():
+        pytest.skip("this jaxlib has no elemental CPU emitters (the next test covers it)")
     jnp.zeros(1).block_until_ready()  # this process's backends have started
     # A mapping other than this process's environment (e.g. a subprocess's) is still edited.
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
@@ -301,3 +303,30 @@ def test_prefer_fast_cpu_compiles_adds_the_flag_once_and_keeps_a_users_choice():
     assert out.stdout.split() == ["True", ELEMENTAL_CPU_EMITTERS, "False", "None"]
     # The test suite runs with it (conftest), as the `jaxattn` command does.
     assert "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "")
+
+
+def test_prefer_fast_cpu_compiles_leaves_a_jaxlib_without_the_flag_alone(monkeypatch):
+    # XLA aborts the process on a flag it does not know (jaxlib 0.11.2: "Unknown flag in
+    # XLA_FLAGS"); the elemental emitters and their flag are gone from jaxlib 0.11.1 on.
+    import jaxattn._xla_flags as xf
+
+    assert [
+        xf._knows_elemental_flag(v)
+        for v in (
+            "0.7.2",
+            "0.10.2",
+            "0.11.0",
+            "0.11.1",
+            "0.11.2",
+            "0.12.0",
+            "1.0.0",
+            "0.11.1.dev20260901",
+            "0.10.2rc1",
+            "unknown",
+            "",
+        )
+    ] == [True, True, True, False, False, False, False, False, True, False, False]
+    monkeypatch.setattr(xf, "_knows_elemental_flag", lambda version=None: False)
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert not xf.prefer_fast_cpu_compiles(env)
+    assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
