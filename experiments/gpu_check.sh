@@ -5,11 +5,19 @@
 # and the full atlas; prints members/s, per-token times and the device. Matmuls run at
 # "highest" precision (TF32 changes step counts); the precision is recorded in the JSON.
 # Usage: bash experiments/gpu_check.sh [OUT_DIR] [PAIRS]   (PAIRS=64 is a CPU smoke test)
-set -euo pipefail
+# Each part has its own time limit in seconds (SWEEP_S, DECODE_S, ATLAS_S; defaults 270, 120,
+# 150), so one slow or failing part still leaves the others their time; the sweep part writes
+# its JSON after each job. It runs from a checkout without installing (PYTHON, default python3).
+set -uo pipefail
 OUT="${1:-gpu_check_out}"
 PAIRS="${2:-10000}"
+PY="${PYTHON:-python3}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)"
+cd "$ROOT"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
-python - "$OUT" "$PAIRS" <<'PY'
+timeout "${SWEEP_S:-270}" "$PY" - "$OUT" "$PAIRS" <<'PY' 2>&1 | tee "$OUT/sweep.txt"
 import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", False)  # float32 on the GPU: the sweep's home
@@ -32,7 +40,7 @@ for method, n, pairs in jobs:
     n = max(n, 3)  # the n the members run with (a sweep needs n >= 3), as printed
     A = rng.normal(size=(pairs, 2, 2)).astype(np.float32)
     V = rng.normal(size=(pairs, 2, 2)).astype(np.float32)
-    kw = dict(method=method, n=n, t1=50.0, num_save=101, progress=True,
+    kw = dict(method=method, n=n, t1=50.0, num_save=101, progress=False,
               dtype=np.float32, rtol=1e-5, atol=1e-7)
     t = time.perf_counter(); sweep(A, V, 1.0, 0, **kw)
     compile_s = time.perf_counter() - t
@@ -46,9 +54,11 @@ for method, n, pairs in jobs:
           f"  failed={row['failed']}  lockstep efficiency {r.lockstep_efficiency:.2f}", flush=True)
     json.dump(rows, open(f"{out}/gpu_check.json", "w"), indent=1)  # after each job
 PY
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "sweeps: stopped (status $st; limit ${SWEEP_S:-270} s)"
+if [ "$PAIRS" -ge 1000 ]; then DECODE=(--config v51-110m); else DECODE=(--quick); fi
+timeout "${DECODE_S:-120}" "$PY" experiments/bench_decode.py "${DECODE[@]}" 2>&1 | tee "$OUT/decode.txt"
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "decode: stopped (status $st; limit ${DECODE_S:-120} s)"
 if [ "$PAIRS" -ge 1000 ]; then
-  python experiments/bench_decode.py --config v51-110m | tee "$OUT/decode.txt"
-  timeout 300 jaxattn atlas --out "$OUT/atlas" --no-progress | tee "$OUT/atlas.txt" || echo "atlas: not finished in 300 s"
-else
-  python experiments/bench_decode.py --quick | tee "$OUT/decode.txt"
+  timeout "${ATLAS_S:-150}" "$PY" -m jaxattn atlas --out "$OUT/atlas" --no-progress 2>&1 | tee "$OUT/atlas.txt"
+  st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "atlas: stopped (status $st; limit ${ATLAS_S:-150} s)"
 fi
