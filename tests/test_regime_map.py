@@ -353,6 +353,38 @@ def test_chaos_label_from_lyapunov_exponents():
     assert lam[1] < -0.1 and sig[1] < 0.01
 
 
+def test_auto_chunks_on_an_accelerator_are_as_large_as_the_memory_allows():
+    # A GPU step costs about the same for 10^5 members as for 10^3 (H200: Ott–Antonsen
+    # 10^5 members in one chunk ran 21x the members/s of chunks of 1024), so the auto plan
+    # there takes the largest chunks; the CPU keeps its efficiency-driven power-of-two plan.
+    auto = Runner(progress=False)
+    for B, ndev, cap, want in (
+        (100_000, 1, 10**9, [100_000]),
+        (1_000_000, 1, 10**9, [131072] * 8),
+        (1_000_000, 1, 1 << 15, [32768] * 31),  # the memory's cap
+        (300_001, 2, 10**9, [262144, 65536]),  # 131072 per device; the rest in a quarter
+        (5, 2, 10**9, [6]),
+    ):
+        perm = np.arange(B)
+        cost = np.linspace(1.0, 50.0, B)
+        got = sw._chunk_plan(cost, perm, ndev, auto, cap, on_cpu=False)
+        assert got == want
+        assert got == sw._compact_plan(B, ndev, cap, sw.ACCELERATOR_CHUNK)
+        assert sum(got) >= B and all(c % ndev == 0 for c in got)
+        cpu = sw._chunk_plan(cost, perm, ndev, auto, cap)
+        assert max(cpu) <= sw.CPU_CHUNK and sum(cpu) >= B
+    # Fixed sizes and None mean the same everywhere.
+    fixed = Runner(chunk_size=1000, progress=False)
+    perm = np.arange(2500)
+    assert sw._chunk_plan(np.ones(2500), perm, 1, fixed, 10**9, on_cpu=False) == [1000] * 3
+    # Every method has a default pool on both kinds of device.
+    assert (
+        set(sw.ACCELERATOR_SLOTS)
+        == set(sw.CPU_SLOTS)
+        == {"particles", "watanabe_strogatz", "ott_antonsen"}
+    )
+
+
 def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_its_plan(tmp_path):
     members = sw.attention_members(np.stack([I2, 2 * I2] * 4), I2, 1.0, 0, method="ott_antonsen")
     integ = Integration(10.0, 21)

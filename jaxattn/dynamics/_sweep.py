@@ -563,10 +563,23 @@ class Judge(eqx.Module):
 
 # Compaction defaults (measured: see the `Runner` docstring). `slots=None` is, on CPU, one
 # slot per device for particles and 16 for Watanabe–Strogatz (measured fastest there), and
-# `ACCELERATOR_SLOTS` on GPU/TPU (not measured).
+# `ACCELERATOR_SLOTS` on GPU/TPU. Auto chunks hold at most `CPU_CHUNK` members per device on
+# CPU and `ACCELERATOR_CHUNK` on an accelerator, whose step costs about the same for 10^3
+# members as for 10^5. Measured on one H200 (jax 0.11.2, float32, random pairs, d = 2,
+# t1 = 50, 101 saves, `experiments/gpu_sizes.py`, 2026-12-04), members/s against the earlier
+# accelerator defaults (chunks of 1024, 128 slots):
+# - Ott–Antonsen, 10^5 members, lockstep: 13 784 -> 287 655 (one chunk of 10^5; chunks of
+#   16384: 110 688; compact with 16384 slots: 259 629).
+# - Watanabe–Strogatz, 10^4 members, n = 1024: 7 488 -> 61 718 (4096 slots, one chunk;
+#   1024 slots: 44 028; lockstep, one chunk: 31 073).
+# - Particles, 10^4 members, n = 1024: 1 259 -> 5 159 (1024 slots, one chunk; 4096 slots:
+#   3 019).
+# Same regimes and no failures in every configuration.
 SEGMENT_STEPS = 32
-ACCELERATOR_SLOTS = 128
+ACCELERATOR_SLOTS = {"particles": 1024, "watanabe_strogatz": 4096, "ott_antonsen": 16384}
 CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 1}
+CPU_CHUNK = 1024
+ACCELERATOR_CHUNK = 1 << 17
 # On the CPU a compacting pool prepares (initial states, Möbius constants) and classifies
 # its members `CPU_BLOCK` at a time (`lax.map`), not all at once: the classification's
 # (members, n) arrays then stay in cache (Watanabe–Strogatz, 512 members, n = 256: R₂ at
@@ -608,10 +621,14 @@ class Runner(eqx.Module):
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
       per device); `None` (default): on CPU 1 for particles and 16 for
-      Watanabe–Strogatz, 128 on an accelerator. WS members carry 3 real numbers per
-      save, so a wider pool spreads the per-step cost of the solver loop (measured, 256
-      random pairs, n = 256, 2 cores under load ~5: slots 1: 152, 4: 161, 16: 331,
-      64: 71 members/s, the last with efficiency 0.31 as the pool drains).
+      Watanabe–Strogatz; on an accelerator 1024 for particles, 4096 for
+      Watanabe–Strogatz and 16384 for Ott–Antonsen (measured on one H200, n = 1024,
+      float32: 4.1×, 8.2× and, for lockstep Ott–Antonsen in one large chunk, 21× the
+      members/s of the earlier 128 slots in chunks of 1024; `ACCELERATOR_SLOTS`). On CPU,
+      WS members carry 3 real numbers per save, so a wider pool spreads the per-step
+      cost of the solver loop (measured, 256 random pairs, n = 256, 2 cores under load
+      ~5: slots 1: 152, 4: 161, 16: 331, 64: 71 members/s, the last with efficiency
+      0.31 as the pool drains).
     - `segment_steps`: solver steps per segment, K (compact; `gcd(K, max_steps)` is used);
       `None` (default): `max_steps` for a pool of one slot (one member never waits for
       another, so its solve runs whole: measured on one core, 256 random pairs, d = 2,
@@ -627,10 +644,12 @@ class Runner(eqx.Module):
       slot stays the CPU default (since the row-wise LSA field, 2 and 4 slots with K = 32
       run at 0.75 and 0.66 of one), and K = 32 keeps a wider pool's efficiency near 0.9.
     - `chunk_size`: with compaction, `"auto"` (default) is the largest chunk the memory
-      budget allows (up to 1024 members per device): the unit written to `out_dir` and
-      resumed. With lockstep, `"auto"`: members are ordered by their predicted cost
-      (`group`) and cut into chunks of a few power-of-two sizes, the largest whose
-      predicted lockstep efficiency reaches `efficiency`, capped by `memory_budget`;
+      budget allows (up to 1024 members per device on CPU, 131072 on an accelerator):
+      the unit written to `out_dir` and resumed. With lockstep, `"auto"`: members are
+      ordered by their predicted cost (`group`) and cut into chunks; on CPU of a few
+      power-of-two sizes, the largest whose predicted lockstep efficiency reaches
+      `efficiency`, capped by `memory_budget`; on an accelerator, whose step costs about
+      the same for 10^5 members as for 10^3, as large as on compaction;
       an int: fixed chunks of that many members (rounded up to a multiple of the device
       count); `None`: the whole batch at once.
     - `group`: how members are ordered before chunking (results come back in input
@@ -1775,12 +1794,14 @@ def _predicted_cost(members, flow, integration, group):
     return np.ones(B)
 
 
-def _chunk_plan(cost, perm, ndev, runner, max_chunk):
+def _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu=True):
     """Chunk sizes (each a multiple of `ndev`) covering the ordered batch.
 
-    Auto: a few power-of-two sizes (one compilation each); from the cheap end of the
-    ordered costs, take the largest size whose predicted efficiency `Σ c / (size · max c)`
-    reaches the target.
+    Auto on CPU: a few power-of-two sizes (one compilation each); from the cheap end of
+    the ordered costs, take the largest size whose predicted efficiency
+    `Σ c / (size · max c)` reaches the target. Auto on an accelerator: the largest chunks
+    the memory allows (`_compact_plan`), since a step there costs about the same for many
+    members as for few: the order by predicted cost still groups alike members.
     """
     B = perm.shape[0]
     if runner.chunk_size is None:
@@ -1788,7 +1809,9 @@ def _chunk_plan(cost, perm, ndev, runner, max_chunk):
     if runner.chunk_size != "auto":
         cs = ndev * math.ceil(min(runner.chunk_size, B) / ndev)
         return [cs] * math.ceil(B / cs)
-    top = max(ndev, min(max_chunk, 1024, ndev * math.ceil(B / ndev)))
+    if not on_cpu:
+        return _compact_plan(B, ndev, max_chunk, ACCELERATOR_CHUNK)
+    top = max(ndev, min(max_chunk, CPU_CHUNK, ndev * math.ceil(B / ndev)))
     # At most four sizes (one compilation each), a factor 4 apart, down to 8 per device
     # (smaller chunks waste vector width more than lockstep costs).
     sizes = [top]
@@ -2109,10 +2132,11 @@ def _run(
     perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
     max_chunk = _memory_cap(budget, per_member, ndev)
+    on_cpu = jax.devices()[0].platform == "cpu"
     if compact and runner.chunk_size == "auto":
-        sizes = _compact_plan(B, ndev, max_chunk)
+        sizes = _compact_plan(B, ndev, max_chunk, CPU_CHUNK if on_cpu else ACCELERATOR_CHUNK)
     else:
-        sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk)
+        sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu)
     planned = sizes
     if resumed is not None:
         sizes = _resumed_sizes(resumed, sizes, B, ndev)
@@ -2148,13 +2172,10 @@ def _run(
         predicted_efficiency=None if group == "none" else _efficiency(cost[perm], sizes),
         strategy="compact" if compact else "lockstep",
     )
-    on_cpu = jax.devices()[0].platform == "cpu"
     slots_per_device = runner.slots
     if slots_per_device is None:
-        if on_cpu:
-            slots_per_device = CPU_SLOTS.get(members.method, 1)
-        else:
-            slots_per_device = ACCELERATOR_SLOTS
+        defaults = CPU_SLOTS if on_cpu else ACCELERATOR_SLOTS
+        slots_per_device = defaults[members.method]
 
     def segment_steps(slots):
         # A pool of one slot never masks a step: its member's solve runs whole.
@@ -2397,12 +2418,12 @@ def _resumed_sizes(old: dict, sizes, B, ndev):
     return found
 
 
-def _compact_plan(B, ndev, max_chunk):
-    """Chunks of a compacting sweep: as large as the memory allows (up to 1024 members
-    per device; the pool keeps its slots full whatever the chunk holds), the last one the
+def _compact_plan(B, ndev, max_chunk, per_device):
+    """Chunks as large as the memory allows (up to `per_device` members per device; a
+    compacting pool keeps its slots full whatever the chunk holds), the last one the
     smallest of a few power-of-four fractions that holds the rest (one compilation per
     size)."""
-    top = max(ndev, min(max_chunk, 1024 * ndev, ndev * math.ceil(B / ndev)))
+    top = max(ndev, min(max_chunk, per_device * ndev, ndev * math.ceil(B / ndev)))
     sizes = [top]
     while len(sizes) < 4 and sizes[-1] // 4 >= 8 * ndev:
         sizes.append(ndev * max(1, sizes[-1] // (4 * ndev)))
