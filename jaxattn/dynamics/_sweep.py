@@ -583,9 +583,13 @@ ACCELERATOR_CHUNK = 1 << 17
 # On the CPU a compacting pool prepares (initial states, Möbius constants) and classifies
 # its members `CPU_BLOCK` at a time (`lax.map`), not all at once: the classification's
 # (members, n) arrays then stay in cache (Watanabe–Strogatz, 512 members, n = 256: R₂ at
-# the saves and the token speeds 135 -> 109 µs per member, bitwise the same). Elsewhere
-# all at once.
+# the saves and the token speeds 135 -> 109 µs per member, bitwise the same). On an
+# accelerator `ACCELERATOR_BLOCK` at a time: its chunks reach 131072 members, and the d = 2
+# cluster structure's vmapped search folds an index constant of (members, n, 2) at compile
+# time (seen on the H200: 1.8 s for 10^4 members at n = 1024; 10^5 would fold 800 MB), so
+# blocks bound that constant and the (members, n) temporaries.
 CPU_BLOCK = 16
+ACCELERATOR_BLOCK = 8192
 # The solver of every sweep member: Tsit5 with its stages in a plain `lax` loop. Sweeps are
 # forward solves (nothing differentiates through them), so diffrax's default stage loop,
 # checkpointed for reverse-mode autodiff, only adds bookkeeping to every step. Measured on
@@ -2298,7 +2302,7 @@ def _run(
                         mesh if ndev > 1 else None,
                         slots,
                         segment_steps(slots),
-                        CPU_BLOCK if on_cpu else None,
+                        CPU_BLOCK if on_cpu else ACCELERATOR_BLOCK,
                     )
                     res, iterations = _fetch((res, iterations))
                     back = np.empty(m, int)
