@@ -5,9 +5,11 @@
 # and the full atlas; prints members/s, per-token times and the device. Matmuls run at
 # "highest" precision (TF32 changes step counts); the precision is recorded in the JSON.
 # Usage: bash experiments/gpu_check.sh [OUT_DIR] [PAIRS]   (PAIRS=64 is a CPU smoke test)
-# Each part has its own time limit in seconds (SWEEP_S, DECODE_S, ATLAS_S; defaults 270, 120,
-# 150), so one slow or failing part still leaves the others their time; the sweep part writes
-# its JSON after each job. It runs from a checkout without installing (PYTHON, default python3).
+# Each part has its own time limit in seconds (SWEEP_S, DECODE_S, ATLAS_S; defaults 200, 100,
+# 180: 8 minutes in all), so one slow or failing part still leaves the others their time;
+# the sweep part writes its JSON after each job. It runs from a checkout without installing
+# (PYTHON, default python3). On the H200 (2026-12-04) the sweeps took about 250 s with the
+# earlier accelerator defaults (OA at 10^6: 75 s) and the atlas did not finish in 140 s.
 set -uo pipefail
 OUT="${1:-gpu_check_out}"
 PAIRS="${2:-10000}"
@@ -17,7 +19,7 @@ OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)"
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
-timeout "${SWEEP_S:-270}" "$PY" - "$OUT" "$PAIRS" <<'PY' 2>&1 | tee "$OUT/sweep.txt"
+timeout "${SWEEP_S:-200}" "$PY" - "$OUT" "$PAIRS" <<'PY' 2>&1 | tee "$OUT/sweep.txt"
 import json, sys, time
 import jax
 jax.config.update("jax_enable_x64", False)  # float32 on the GPU: the sweep's home
@@ -54,11 +56,11 @@ for method, n, pairs in jobs:
           f"  failed={row['failed']}  lockstep efficiency {r.lockstep_efficiency:.2f}", flush=True)
     json.dump(rows, open(f"{out}/gpu_check.json", "w"), indent=1)  # after each job
 PY
-st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "sweeps: stopped (status $st; limit ${SWEEP_S:-270} s)"
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "sweeps: stopped (status $st; limit ${SWEEP_S:-200} s)"
 if [ "$PAIRS" -ge 1000 ]; then DECODE=(--config v51-110m); else DECODE=(--quick); fi
-timeout "${DECODE_S:-120}" "$PY" experiments/bench_decode.py "${DECODE[@]}" 2>&1 | tee "$OUT/decode.txt"
-st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "decode: stopped (status $st; limit ${DECODE_S:-120} s)"
+timeout "${DECODE_S:-100}" "$PY" experiments/bench_decode.py "${DECODE[@]}" 2>&1 | tee "$OUT/decode.txt"
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "decode: stopped (status $st; limit ${DECODE_S:-100} s)"
 if [ "$PAIRS" -ge 1000 ]; then
-  timeout "${ATLAS_S:-150}" "$PY" -m jaxattn atlas --out "$OUT/atlas" --no-progress 2>&1 | tee "$OUT/atlas.txt"
-  st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "atlas: stopped (status $st; limit ${ATLAS_S:-150} s)"
+  timeout "${ATLAS_S:-180}" "$PY" -m jaxattn atlas --out "$OUT/atlas" --no-progress 2>&1 | tee "$OUT/atlas.txt"
+  st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "atlas: stopped (status $st; limit ${ATLAS_S:-180} s)"
 fi
