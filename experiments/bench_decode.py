@@ -55,7 +55,10 @@ os.environ.setdefault(
     "XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 )
 
-import numpy as np
+import numpy as np  # noqa: E402
+
+# A user's own XLA_FLAGS is kept, and then XLA may use several threads: the header says so.
+_SINGLE_THREADED = "--xla_cpu_multi_thread_eigen=false" in os.environ["XLA_FLAGS"]
 
 
 def _clock():
@@ -164,7 +167,8 @@ def main(
             rows[name]["reference_cpu_s"] = c
             rows[name]["reference_wall_s"] = w
             rows[name]["x_reference"] = med[name] / (c if on_cpu else w)
-    where = "CPU, single-threaded" if on_cpu else jax.devices()[0].device_kind
+    threads = "single-threaded" if _SINGLE_THREADED else "threads as XLA_FLAGS says"
+    where = f"CPU, {threads}" if on_cpu else jax.devices()[0].device_kind
     measure = (
         "process CPU time (wall in the last column)"
         if on_cpu
@@ -218,6 +222,9 @@ def main(
         "rounds": rounds,
         "dtype": "float32",
         "backend": jax.default_backend(),
+        "device": jax.devices()[0].device_kind,
+        "ratios_from": "process CPU time" if on_cpu else "wall time",
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "jax": jax.__version__,
         "reference": None if ref is None else ref.meta,
     }

@@ -15,10 +15,12 @@ OUT="${1:-gpu_check_out}"
 PAIRS="${2:-10000}"
 PY="${PYTHON:-python3}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)"
+case "$PAIRS" in
+  '' | *[!0-9]* | 0) echo "gpu_check: PAIRS must be a positive integer, got '$PAIRS'" >&2; exit 2 ;;
+esac
+OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)" || { echo "gpu_check: cannot create the output folder '$1'" >&2; exit 2; }
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
 timeout "${SWEEP_S:-200}" "$PY" - "$OUT" "$PAIRS" <<'PY' 2>&1 | tee "$OUT/sweep.txt"
 import json, sys, time
 import jax
@@ -56,11 +58,16 @@ for method, n, pairs in jobs:
           f"  failed={row['failed']}  lockstep efficiency {r.lockstep_efficiency:.2f}", flush=True)
     json.dump(rows, open(f"{out}/gpu_check.json", "w"), indent=1)  # after each job
 PY
-st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "sweeps: stopped (status $st; limit ${SWEEP_S:-200} s)"
+stopped() {  # part, status, limit: says why a part stopped, on screen and in its file
+  local why="failed (exit status $2)"
+  [ "$2" -eq 124 ] && why="ran past its limit of $3 s"
+  echo "$1: stopped, $why" | tee -a "$OUT/$1.txt"
+}
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || stopped sweep "$st" "${SWEEP_S:-200}"
 if [ "$PAIRS" -ge 1000 ]; then DECODE=(--config v51-110m); else DECODE=(--quick); fi
-timeout "${DECODE_S:-100}" "$PY" experiments/bench_decode.py "${DECODE[@]}" 2>&1 | tee "$OUT/decode.txt"
-st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "decode: stopped (status $st; limit ${DECODE_S:-100} s)"
+timeout "${DECODE_S:-100}" "$PY" experiments/bench_decode.py "${DECODE[@]}" --out-dir "$OUT" 2>&1 | tee "$OUT/decode.txt"
+st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || stopped decode "$st" "${DECODE_S:-100}"
 if [ "$PAIRS" -ge 1000 ]; then
   timeout "${ATLAS_S:-180}" "$PY" -m jaxattn atlas --out "$OUT/atlas" --no-progress 2>&1 | tee "$OUT/atlas.txt"
-  st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || echo "atlas: stopped (status $st; limit ${ATLAS_S:-180} s)"
+  st=${PIPESTATUS[0]}; [ "$st" -eq 0 ] || stopped atlas "$st" "${ATLAS_S:-180}"
 fi

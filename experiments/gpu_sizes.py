@@ -1,10 +1,12 @@
 """Members/s of `sweep` on an accelerator against its chunk size, pool slots and strategy.
 
-The defaults of `Runner` for GPUs and TPUs (`ACCELERATOR_SLOTS`, the 1024-member cap on a
-chunk) were set without an accelerator. This measures the alternatives side by side in one
-run: random (A, V) pairs, d = 2, float32, t1 = 50, 101 saves, matmuls at "highest"
-precision, the second call of each configuration timed (the first compiles). Prints a
-table and writes it as JSON after each row.
+The defaults of `Runner` on GPUs and TPUs (`ACCELERATOR_SLOTS`, `ACCELERATOR_CHUNK`) come
+from this script's first run on an H200 (2026-12-04), which set the earlier defaults (chunks
+of 1024, 128 slots) against the alternatives; the rows with explicit `chunk_size=1024,
+slots=128` reproduce those. Side by side in one run: random (A, V) pairs, d = 2, float32,
+t1 = 50, 101 saves, matmuls at "highest" precision, the second call of each configuration
+timed (the first compiles). Prints a table (with the slots each pool used: the chunk can
+cap them) and writes it as JSON after each row.
 
 Usage: python experiments/gpu_sizes.py OUT.json [SCALE]   (SCALE=0.01 is a CPU smoke test)
 """
@@ -35,17 +37,17 @@ def main(out: str, scale: float) -> None:
     oa, ws = pairs(big), pairs(small)
     # The most telling first: a run cut short by a time limit keeps the rows written so far.
     configs = [
+        ("ott_antonsen", 3, oa, dict(chunk_size=1024)),
         ("ott_antonsen", 3, oa, dict()),
-        ("ott_antonsen", 3, oa, dict(chunk_size=big)),
+        ("watanabe_strogatz", n, ws, dict(chunk_size=1024, slots=128)),
         ("watanabe_strogatz", n, ws, dict()),
-        ("watanabe_strogatz", n, ws, dict(slots=4096, chunk_size=small)),
+        ("particles", n, ws, dict(chunk_size=1024, slots=128)),
         ("particles", n, ws, dict()),
-        ("particles", n, ws, dict(slots=4096, chunk_size=small)),
-        ("ott_antonsen", 3, oa, dict(strategy="compact", slots=16384, chunk_size=big)),
+        ("particles", n, ws, dict(slots=4096)),
+        ("ott_antonsen", 3, oa, dict(strategy="compact")),
         ("ott_antonsen", 3, oa, dict(chunk_size=16384)),
-        ("watanabe_strogatz", n, ws, dict(slots=1024, chunk_size=small)),
-        ("watanabe_strogatz", n, ws, dict(strategy="lockstep", chunk_size=small)),
-        ("particles", n, ws, dict(slots=1024, chunk_size=small)),
+        ("watanabe_strogatz", n, ws, dict(slots=1024)),
+        ("watanabe_strogatz", n, ws, dict(strategy="lockstep")),
     ]
     rows = []
     for method, nn, (A, V), opts in configs:
@@ -82,7 +84,8 @@ def main(out: str, scale: float) -> None:
         )
         rows.append(row)
         print(
-            f"{method:18s} n={nn:5d} members={len(A):7d} {str(opts):55s} "
+            f"{method:18s} n={nn:5d} members={len(A):7d} {str(opts):42s} "
+            f"slots {str(row['slots'][0]):>5s} "
             f"{len(A) / s:10.1f} members/s ({s:6.2f} s; first {first:5.1f} s) "
             f"efficiency {r.lockstep_efficiency:.2f} failed {row['failed']}",
             flush=True,
@@ -92,4 +95,13 @@ def main(out: str, scale: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 1.0)
+    usage = "usage: python experiments/gpu_sizes.py OUT.json [SCALE > 0]"
+    if len(sys.argv) not in (2, 3):
+        sys.exit(usage)
+    try:
+        scale = float(sys.argv[2]) if len(sys.argv) == 3 else 1.0
+    except ValueError:
+        sys.exit(f"{usage}; got SCALE {sys.argv[2]!r}")
+    if not scale > 0:
+        sys.exit(f"{usage}; got SCALE {scale}")
+    main(sys.argv[1], scale)

@@ -21,7 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
         "atlas, Power Law Graph Attention (PLDR-LLM) training and collapse audits.",
         epilog="The command compiles with XLA's elemental CPU emitters (faster compiles): it "
         "appends --xla_cpu_use_fusion_emitters=false to XLA_FLAGS, which its subprocesses "
-        "inherit, unless XLA_FLAGS already names that flag or a flags file.",
+        "inherit, unless XLA_FLAGS already names that flag or a flags file, or jaxlib is "
+        "0.11.1 or later (its XLA has no such emitters and would abort on the flag).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name, fn in _COMMANDS:

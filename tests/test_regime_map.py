@@ -373,6 +373,14 @@ def test_auto_chunks_on_an_accelerator_are_as_large_as_the_memory_allows():
         assert sum(got) >= B and all(c % ndev == 0 for c in got)
         cpu = sw._chunk_plan(cost, perm, ndev, auto, cap)
         assert max(cpu) <= sw.CPU_CHUNK and sum(cpu) >= B
+    # CPU plans split over any device count (the 1024 cap is no multiple of 3, 5, 6, 7:
+    # a sweep of 1024 members on 3 devices failed deep inside JAX with IndivisibleError).
+    for ndev in (1, 2, 3, 5, 6, 7):
+        for B in (1, 5, 1023, 1024, 5000):
+            cost = np.linspace(1.0, 50.0, B)
+            plan = sw._chunk_plan(cost, np.arange(B), ndev, auto, 10**9)
+            assert sum(plan) >= B and all(c % ndev == 0 and c > 0 for c in plan), (ndev, B)
+            assert len(set(plan)) <= 4
     # Fixed sizes and None mean the same everywhere.
     fixed = Runner(chunk_size=1000, progress=False)
     perm = np.arange(2500)

@@ -625,10 +625,11 @@ class Runner(eqx.Module):
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
       per device); `None` (default): on CPU 1 for particles and 16 for
-      Watanabe–Strogatz; on an accelerator 1024 for particles, 4096 for
-      Watanabe–Strogatz and 16384 for Ott–Antonsen (measured on one H200, n = 1024,
-      float32: 4.1×, 8.2× and, for lockstep Ott–Antonsen in one large chunk, 21× the
-      members/s of the earlier 128 slots in chunks of 1024; `ACCELERATOR_SLOTS`). On CPU,
+      Watanabe–Strogatz; on an accelerator 1024 for particles and 4096 for
+      Watanabe–Strogatz (measured on one H200, n = 1024, float32: 4.1× and 8.2× the
+      members/s of the earlier 128 slots in chunks of 1024), and 16384 for Ott–Antonsen
+      members asked to compact (259 629 members/s; their lockstep default in one chunk
+      ran 287 655, 21× the earlier chunks of 1024; `ACCELERATOR_SLOTS`). On CPU,
       WS members carry 3 real numbers per save, so a wider pool spreads the per-step
       cost of the solver loop (measured, 256 random pairs, n = 256, 2 cores under load
       ~5: slots 1: 152, 4: 161, 16: 331, 64: 71 members/s, the last with efficiency
@@ -1815,7 +1816,8 @@ def _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu=True):
         return [cs] * math.ceil(B / cs)
     if not on_cpu:
         return _compact_plan(B, ndev, max_chunk, ACCELERATOR_CHUNK)
-    top = max(ndev, min(max_chunk, CPU_CHUNK, ndev * math.ceil(B / ndev)))
+    # A multiple of ndev (CPU_CHUNK is not one for 3, 5, 6, 7 devices).
+    top = ndev * max(1, min(max_chunk, CPU_CHUNK, ndev * math.ceil(B / ndev)) // ndev)
     # At most four sizes (one compilation each), a factor 4 apart, down to 8 per device
     # (smaller chunks waste vector width more than lockstep costs).
     sizes = [top]
