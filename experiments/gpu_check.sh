@@ -18,7 +18,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 case "$PAIRS" in
   '' | *[!0-9]* | 0) echo "gpu_check: PAIRS must be a positive integer, got '$PAIRS'" >&2; exit 2 ;;
 esac
-OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)" || { echo "gpu_check: cannot create the output folder '$1'" >&2; exit 2; }
+OUT="$(mkdir -p "$OUT" && cd "$OUT" && pwd)" || { echo "gpu_check: cannot create the output folder '${1:-gpu_check_out}'" >&2; exit 2; }
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 timeout "${SWEEP_S:-200}" "$PY" - "$OUT" "$PAIRS" <<'PY' 2>&1 | tee "$OUT/sweep.txt"

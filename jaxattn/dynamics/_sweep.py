@@ -1799,13 +1799,15 @@ def _predicted_cost(members, flow, integration, group):
     return np.ones(B)
 
 
-def _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu=True):
+def _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu=True, compact=False):
     """Chunk sizes (each a multiple of `ndev`) covering the ordered batch.
 
-    Auto on CPU: a few power-of-two sizes (one compilation each); from the cheap end of
-    the ordered costs, take the largest size whose predicted efficiency
-    `Σ c / (size · max c)` reaches the target. Auto on an accelerator: the largest chunks
-    the memory allows (`_compact_plan`), since a step there costs about the same for many
+    Auto, lockstep on CPU: a few power-of-two sizes (one compilation each); from the cheap
+    end of the ordered costs, take the largest size whose predicted efficiency
+    `Σ c / (size · max c)` reaches the target. Auto otherwise (a compacting pool, or any
+    sweep on an accelerator): the largest chunks the memory allows (`_compact_plan`, up to
+    `CPU_CHUNK` or `ACCELERATOR_CHUNK` members per device). A pool keeps its slots full
+    whatever the chunk holds, and an accelerator's step costs about the same for many
     members as for few: the order by predicted cost still groups alike members.
     """
     B = perm.shape[0]
@@ -1814,8 +1816,8 @@ def _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu=True):
     if runner.chunk_size != "auto":
         cs = ndev * math.ceil(min(runner.chunk_size, B) / ndev)
         return [cs] * math.ceil(B / cs)
-    if not on_cpu:
-        return _compact_plan(B, ndev, max_chunk, ACCELERATOR_CHUNK)
+    if compact or not on_cpu:
+        return _compact_plan(B, ndev, max_chunk, CPU_CHUNK if on_cpu else ACCELERATOR_CHUNK)
     # A multiple of ndev (CPU_CHUNK is not one for 3, 5, 6, 7 devices).
     top = ndev * max(1, min(max_chunk, CPU_CHUNK, ndev * math.ceil(B / ndev)) // ndev)
     # At most four sizes (one compilation each), a factor 4 apart, down to 8 per device
@@ -2139,10 +2141,7 @@ def _run(
 
     max_chunk = _memory_cap(budget, per_member, ndev)
     on_cpu = jax.devices()[0].platform == "cpu"
-    if compact and runner.chunk_size == "auto":
-        sizes = _compact_plan(B, ndev, max_chunk, CPU_CHUNK if on_cpu else ACCELERATOR_CHUNK)
-    else:
-        sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu)
+    sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu, compact)
     planned = sizes
     if resumed is not None:
         sizes = _resumed_sizes(resumed, sizes, B, ndev)
