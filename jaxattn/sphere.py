@@ -189,6 +189,60 @@ def _atan2(y: Float[Array, "..."], x: Float[Array, "..."]) -> Float[Array, "..."
     return jnp.where(x == 0, axis.astype(q.dtype), q)
 
 
+# Cephes' minimax polynomials for sin and cos on |r| <= π/4, and π/2 in three parts
+# (Cody–Waite: the first two have trailing zero bits, so `j · part` is exact for the
+# quadrant counts used here).
+_SIN_P = (
+    1.58962301576546568060e-10,
+    -2.50507477628578072866e-8,
+    2.75573136213857245213e-6,
+    -1.98412698295895385996e-4,
+    8.33333333332211858878e-3,
+    -1.66666666666666307295e-1,
+)
+_COS_P = (
+    -1.13585365213876817300e-11,
+    2.08757008419747316778e-9,
+    -2.75573141792967388112e-7,
+    2.48015872888517045348e-5,
+    -1.38888888888730564116e-3,
+    4.16666666666665929218e-2,
+)
+_PI_2_PARTS = (1.57079625129699707031e0, 7.54978941586159635335e-8, 5.39030285815811905290e-15)
+
+
+def _sincos(x: Float[Array, "..."]) -> tuple[Float[Array, "..."], Float[Array, "..."]]:
+    """`(sin x, cos x)` for `|x| ≤ π` in multiply-adds: within one rounding of `jnp.sin` /
+    `jnp.cos` in absolute terms (2.2e-16 in float64 on a grid of 2·10⁶ points of
+    `[−π, π]`), for sampling, where the argument is bounded by construction. The argument
+    is reduced by the nearest multiple `j` of π/2 (`|r| ≤ π/4`, π/2 in three parts), the
+    polynomials of the Cephes library give `sin r`, `cos r`, and `j mod 4` picks the pair.
+    On the CPU, XLA's float64 `sin`, `cos` and complex `exp` are scalar code: ~8× the time
+    of this at n = 256 tokens.
+
+    Outside `|x| ≤ π` the reduction loses accuracy slowly (exact products up to `|x|` of
+    order 10⁷); callers keep to the interval. Not for derivatives at `x = ±π/4 + kπ/2`
+    beyond first order (the quadrant switches there).
+    """
+    x = jnp.asarray(x)
+    j = jnp.round(x * (2 / jnp.pi))
+    p1, p2, p3 = _PI_2_PARTS
+    r = ((x - j * p1) - j * p2) - j * p3
+    z = r * r
+    ps = _SIN_P[0]
+    for c in _SIN_P[1:]:
+        ps = ps * z + c
+    pc = _COS_P[0]
+    for c in _COS_P[1:]:
+        pc = pc * z + c
+    s = r + r * z * ps
+    c = 1 - 0.5 * z + z * z * pc
+    q = j.astype(jnp.int32) & 3
+    sin = jnp.where(q == 0, s, jnp.where(q == 1, c, jnp.where(q == 2, -s, -c)))
+    cos = jnp.where(q == 0, c, jnp.where(q == 1, -s, jnp.where(q == 2, -c, s)))
+    return sin.astype(x.dtype), cos.astype(x.dtype)
+
+
 def _sort(x: Float[Array, "... m"]) -> Float[Array, "... m"]:
     """`jnp.sort(x, axis=-1)` of a real float array, the same values in the same order
     (NaN last, as `jnp.sort`; −0 before +0; subnormals in their order, where XLA's CPU

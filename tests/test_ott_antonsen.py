@@ -14,6 +14,7 @@ from jaxattn.dynamics._circle import (
     tokens_from_angles,
 )
 from jaxattn.dynamics._ott_antonsen import (
+    _wrapped_cauchy,
     ott_antonsen_field,
     sample_wrapped_cauchy,
     solve_ott_antonsen,
@@ -111,6 +112,34 @@ def test_sample_wrapped_cauchy(getkey):
     )
     for row, r in zip(batch, (0.2j, -0.5)):
         assert abs(complex(order_parameter(row, 2)) - r) < 4 / np.sqrt(4000)
+
+
+def test_wrapped_cauchy_tokens_without_trigonometry(getkey):
+    # The sweep's sampler returns the public sampler's angles and their tokens, the latter
+    # from e^{2iθ} in roots and divisions; both equal the library's trigonometry to
+    # rounding, in every quadrant and with either lift.
+    for R0 in (0.0, 0.3 + 0.1j, -0.9 + 0.2j, 0.999j):
+        for symmetric in (True, False):
+            key = getkey()
+            theta, x = _wrapped_cauchy(key, 5000, R0, symmetric, jnp.float64, "test")
+            public = sample_wrapped_cauchy(key, 5000, R0, symmetric=symmetric)
+            np.testing.assert_array_equal(theta, public)
+            np.testing.assert_allclose(x[:, 0], jnp.cos(theta), rtol=0, atol=5e-16)
+            np.testing.assert_allclose(x[:, 1], jnp.sin(theta), rtol=0, atol=5e-16)
+            # the angles are those of the exact construction (library e^{iu} and angle)
+            k_u, _ = jax.random.split(key)
+            u = jax.random.uniform(k_u, (5000,), jnp.float64, minval=-np.pi, maxval=np.pi)
+            v = jnp.exp(1j * u)
+            half = 0.5 * jnp.angle((R0 + v) / (1 + np.conj(R0) * v))
+            lifted = jnp.round((theta - half) / np.pi)
+            assert set(np.unique(np.asarray(lifted)).tolist()) <= (
+                {-1.0, 0.0, 1.0} if symmetric else {0.0}
+            )
+            np.testing.assert_allclose(theta - np.pi * lifted, half, rtol=0, atol=2e-15)
+    # tokens in float32 stay float32
+    theta32, x32 = _wrapped_cauchy(getkey(), 100, 0.5, True, jnp.float32, "test")
+    assert theta32.dtype == x32.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(x32[:, 0] - jnp.cos(theta32)))) < 3e-7
 
 
 # Regimes (docs/theory/regimes.md): Case 4 oscillation (closed orbits), Case 2 clustering

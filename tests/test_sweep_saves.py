@@ -38,6 +38,7 @@ from jaxattn.dynamics._watanabe_strogatz import _points, _token_speeds
 from jaxattn.sphere import (
     _atan,
     _atan2,
+    _sincos,
     _sort,
     _step_angle,
     geodesic_distance,
@@ -229,6 +230,35 @@ def test_vectorised_atan_is_within_one_ulp_of_the_c_library():
     assert (float(dy), float(dx)) == (-1.0, 0.0)
     with pytest.raises(TypeError, match="real input only"):
         _atan(jnp.asarray([1j]))
+
+
+def test_sincos_equals_the_library_sine_and_cosine_on_its_interval():
+    # |x| <= π: a dense grid, every quadrant switch (±π/4, ±3π/4), the ends and zero;
+    # within one rounding of 1 in absolute terms (the sampler's e^{iu}).
+    x = np.concatenate(
+        [
+            np.linspace(-np.pi, np.pi, 400001),
+            [0.0, np.pi, -np.pi] + [k * np.pi / 4 for k in (-3, -1, 1, 3)],
+            [np.nextafter(k * np.pi / 4, 0) for k in (-3, -1, 1, 3)],
+        ]
+    )
+    s, c = jax.jit(_sincos)(jnp.asarray(x))
+    assert np.max(np.abs(np.asarray(s) - np.sin(x))) <= 2.3e-16
+    assert np.max(np.abs(np.asarray(c) - np.cos(x))) <= 2.3e-16
+    # sin² + cos² = 1 to rounding
+    assert np.max(np.abs(np.asarray(s) ** 2 + np.asarray(c) ** 2 - 1)) < 5e-16
+    # float32 stays float32, within one float32 rounding
+    x32 = jnp.asarray(x[::7], jnp.float32)
+    s32, c32 = _sincos(x32)
+    assert s32.dtype == c32.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(s32 - jnp.sin(x32)))) <= 1.2e-7
+    assert float(jnp.max(jnp.abs(c32 - jnp.cos(x32)))) <= 1.2e-7
+    # its derivative is the library's (d sin = cos, d cos = −sin)
+    xs = jnp.linspace(-3.0, 3.0, 61)
+    ds = jax.vmap(jax.grad(lambda t: _sincos(t)[0]))(xs)
+    dc = jax.vmap(jax.grad(lambda t: _sincos(t)[1]))(xs)
+    np.testing.assert_allclose(ds, jnp.cos(xs), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(dc, -jnp.sin(xs), rtol=0, atol=1e-15)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

@@ -111,6 +111,36 @@ def test_constants_gauge_and_round_trip(getkey):
     assert bool(watanabe_strogatz_constants(tight).valid)
 
 
+def test_half_angle_and_given_tokens(getkey):
+    # half_angle = e^{iψ_k/2} (no trigonometry): its square is w_k; constants built from
+    # the tokens (cos θ_k, sin θ_k) equal those built from the angles to rounding.
+    theta0 = jax.random.uniform(getkey(), (40,), minval=-3 * np.pi, maxval=3 * np.pi)
+    consts = watanabe_strogatz_constants(theta0)
+    hc, hs = consts.half_angle
+    # |ψ| reaches ~6π here: the library's cos(ψ/2) itself rounds at |ψ| eps
+    np.testing.assert_allclose(hc, jnp.cos(consts.psi / 2), rtol=0, atol=2e-15)
+    np.testing.assert_allclose(hs, jnp.sin(consts.psi / 2), rtol=0, atol=2e-15)
+    np.testing.assert_allclose(hc**2 - hs**2 + 1j * 2 * hc * hs, consts.w, rtol=0, atol=4e-15)
+    points = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], -1)
+    given = watanabe_strogatz_constants(theta0, points=points)
+    for a, b in ((given.psi, consts.psi), (given.zeta0, consts.zeta0)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14)
+    sol = solve_watanabe_strogatz(jnp.eye(2), -jnp.eye(2), theta0, t1=1.0, points=points)
+    ref = solve_watanabe_strogatz(jnp.eye(2), -jnp.eye(2), theta0, t1=1.0)
+    np.testing.assert_allclose(sol.order_parameter(), ref.order_parameter(), rtol=0, atol=1e-13)
+    # the points of the solution from the half angle are those from ψ
+    from jaxattn.dynamics._watanabe_strogatz import _points
+
+    np.testing.assert_allclose(
+        _points(sol.zeta, sol.Psi, sol.constants.psi, sol.constants.half_angle),
+        sol.points(),
+        rtol=0,
+        atol=1e-14,
+    )
+    with pytest.raises(ValueError, match=r"points must be the tokens .* shape \(40, 2\)"):
+        watanabe_strogatz_constants(theta0, points=points[:, :1])
+
+
 def test_cross_ratios_conserved_along_particles(runs):
     z = jnp.exp(2j * runs["theta_p"])  # (seeds, times, n)
     k = np.arange(N_TOKENS)
@@ -231,9 +261,7 @@ def test_bad_input():
         assert bool((sol.result == e)[i]), i
     assert bool(jnp.all(jnp.isfinite(sol.zeta[0]))) and bool(jnp.all(jnp.isnan(sol.zeta[1:])))
     assert [bool(v) for v in sol.constants.valid] == [True, False, False]
-    with pytest.raises(
-        (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="degenerate"
-    ):
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="degenerate"):
         jax.jit(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts).zeta)(batch[1])
 
 

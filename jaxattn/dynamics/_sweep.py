@@ -108,9 +108,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
 from ._ott_antonsen import (
+    _wrapped_cauchy,
     finish_ott_antonsen,
     prepare_ott_antonsen,
-    sample_wrapped_cauchy,
     solve_ott_antonsen,
 )
 from ._regimes import (
@@ -814,8 +814,7 @@ def _initial_state(key, cfg: _Config | Members, dtype):
     if callable(cfg.init):
         x0 = jnp.asarray(cfg.init(k_tokens, cfg.n, cfg.d, dtype), dtype)
     elif cfg.d == 2 and cfg.init in ("wrapped_cauchy", "disc"):
-        theta0 = sample_wrapped_cauchy(k_tokens, cfg.n, R0, dtype=dtype)
-        x0 = jnp.stack([jnp.cos(theta0), jnp.sin(theta0)], axis=-1)
+        theta0, x0 = _wrapped_cauchy(k_tokens, cfg.n, R0, True, dtype, "sweep")
     else:
         x0 = sample_uniform(k_tokens, cfg.n, cfg.d, dtype=dtype)
     return x0, theta0, R0
@@ -861,8 +860,9 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
     Particles are judged by `_classify_series` from the moment series and the late tokens
     (`classify_tokens` of every token, computed from what it reads): `sol.xs` holds every
     save (the whole solve) or, with `series` (the compact path's saved `_token_series`),
-    the saves from `_late_start` on. Watanabe–Strogatz members take `w = (cos ψ, sin ψ)`
-    from their prepared problem when given (the same numbers as of `sol.constants.psi`)."""
+    the saves from `_late_start` on. Watanabe–Strogatz members take
+    `w = ((cos ψ, sin ψ), (cos ψ/2, sin ψ/2))` from their prepared problem when given (the
+    same numbers as from `sol.constants.half_angle`)."""
     if cfg.method == "ott_antonsen":
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
@@ -873,11 +873,14 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
         # half of it (the tail's).
         psi = sol.constants.psi
         if w is None:
-            w = (jnp.cos(psi), jnp.sin(psi))
+            hc, hs = half = sol.constants.half_angle
+            w = (hc * hc - hs * hs, 2 * hc * hs)
+        else:
+            w, half = w
         R2 = _ws_order_parameter(sol.zeta, sol.Psi, *w)
         tail = _tail_start(cfg.num_save, cfg.window)
         speeds = _ws_token_speeds(ts[tail:], sol.zeta[tail:], sol.Psi[tail:], psi, w)
-        x_last = _ws_points(sol.zeta[-1:], sol.Psi[-1:], psi)[0]
+        x_last = _ws_points(sol.zeta[-1:], sol.Psi[-1:], psi, half)[0]
         gap = 1 - (jnp.real(R2) ** 2 + jnp.imag(R2) ** 2)
         regime, ev = _classify_circle(
             ts, R2, gap, speeds, x_last, cluster_tol=cfg.cluster_tol, **classify_kw
@@ -947,7 +950,13 @@ def _member(flow, seed, cfg: _Config):
         )
     elif cfg.method == "watanabe_strogatz":
         sol = solve_watanabe_strogatz(
-            run_flow.A, run_flow.V, theta0, beta=run_flow.beta, throw=False, **solve_kw
+            run_flow.A,
+            run_flow.V,
+            theta0,
+            beta=run_flow.beta,
+            throw=False,
+            points=x0,
+            **solve_kw,
         )
     else:
         sol = simulate(run_flow, x0, throw=False, **solve_kw)
@@ -991,7 +1000,10 @@ def _member_problem(flow, seed, cfg: _Config):
         problem, checks = prepare_ott_antonsen(A, V, beta, R0, dtype, solver, cfg.rtol, cfg.atol)
     elif cfg.method == "watanabe_strogatz":
         A, V, beta = (jnp.asarray(x).astype(dtype) for x in (run_flow.A, run_flow.V, run_flow.beta))
-        consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=200)
+        # With the sampled tokens: no trigonometry (`_wrapped_cauchy`), as `_member`.
+        consts = watanabe_strogatz_constants(
+            theta0.astype(dtype), max_iter=200, points=x0.astype(dtype)
+        )
         problem, checks = prepare_watanabe_strogatz(
             A, V, beta, consts, dtype, solver, cfg.rtol, cfg.atol
         )
@@ -1036,7 +1048,7 @@ def _member_finish(state, post, cfg: _Config, dtype):
     if gap_floor is None:
         gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
-    w = checks.w if cfg.method == "watanabe_strogatz" else None
+    w = (checks.w, checks.half) if cfg.method == "watanabe_strogatz" else None
     regime, result, failed, order, R2, evidence = _member_judge(
         cfg, ts, sol, run_flow, rate, classify_kw, dtype, series, w
     )

@@ -101,6 +101,9 @@ class WatanabeStrogatzConstants(eqx.Module):
       `Σ_k w_k = 0`, and `(Ψ0 + ψ_k)/2 + arg(1 + ζ0 e^{−i(Ψ0+ψ_k)}) = θ_k(t0)`.
     - `residual`: `|(1/n) Σ_k w_k|` reached by the barycentre iteration (gauge error).
     - `valid`: whether the gauge could be fixed (barycentre found inside the disc).
+    - `half_angle`: `(cos(ψ_k/2), sin(ψ_k/2))`, two real arrays of shape `(n,)`: `e^{iψ_k/2}`
+      to rounding, computed without trigonometry from the initial tokens
+      (`e^{iψ_k/2} = e^{iθ_k(t0)} e^{−i arg(1 + ζ0 conj(w_k))}`); its square is `w_k`.
     """
 
     theta0: Float[Array, " n"]
@@ -109,6 +112,7 @@ class WatanabeStrogatzConstants(eqx.Module):
     psi: Float[Array, " n"]
     residual: Float[Array, ""]
     valid: Bool[Array, ""]
+    half_angle: tuple[Float[Array, " n"], Float[Array, " n"]]
 
     @property
     def w(self) -> Complex[Array, " n"]:
@@ -178,13 +182,22 @@ def _largest_group_size(theta, atol):
 
 
 @eqx.filter_jit
-def _constants(theta0, max_iter, tol):
+def _constants(theta0, max_iter, tol, points=None):
     rdtype = theta0.dtype
     n = theta0.shape[0]
     eps = float(jnp.finfo(rdtype).eps)
-    finite = jnp.all(jnp.isfinite(theta0))
-    th = jnp.where(jnp.isfinite(theta0), theta0, 0)
-    z = jnp.exp(2j * th)
+    ok = jnp.isfinite(theta0)
+    finite = jnp.all(ok)
+    th = jnp.where(ok, theta0, 0)
+    # e^{iθ} once, or the caller's tokens (XLA's float64 `cos`/`sin` and complex `exp` are
+    # scalar code on the CPU, ~9 µs a pair at n = 256); `z`, `w` and `e^{iψ/2}` follow
+    # from it algebraically.
+    if points is None:
+        c, s = jnp.cos(theta0), jnp.sin(theta0)
+    else:
+        c, s = points[:, 0], points[:, 1]
+    c, s = jnp.where(ok, c, 1), jnp.where(ok, s, 0)
+    z = jax.lax.complex(c * c - s * s, 2 * c * s)  # e^{2iθ}
     zeta, res = _barycentre(z, max_iter, tol)
     # Near a two-cluster state the barycentre sits near the circle and rounding limits the
     # residual to about eps/(1 − |ζ|): accept that, and reject sets where one point holds
@@ -199,7 +212,13 @@ def _constants(theta0, max_iter, tol):
     # vectorised `_atan2` (XLA's complex division and `atan2` are scalar code on the CPU).
     D = 1 - jnp.conj(zeta) * z
     p = (jnp.real(D) ** 2 + jnp.imag(D) ** 2) + zeta * jnp.conj(z - zeta) * D
-    psi = 2 * th - 2 * _atan2(jnp.imag(p), jnp.real(p))
+    pr, pi = jnp.real(p), jnp.imag(p)
+    psi = 2 * th - 2 * _atan2(pi, pr)
+    # e^{iψ/2} = e^{iθ} conj(p)/|p| (the same branch as ψ: ψ/2 = θ − arg p exactly).
+    size = jnp.sqrt(pr * pr + pi * pi)
+    inv = 1 / jnp.where(size > 0, size, 1)
+    pr, pi = jnp.where(size > 0, pr * inv, 1), jnp.where(size > 0, pi * inv, 0)
+    half = (c * pr + s * pi, s * pr - c * pi)
     return WatanabeStrogatzConstants(
         theta0=theta0,
         zeta0=zeta,
@@ -207,6 +226,7 @@ def _constants(theta0, max_iter, tol):
         psi=psi.astype(rdtype),
         residual=res.astype(rdtype),
         valid=valid,
+        half_angle=tuple(h.astype(rdtype) for h in half),
     )
 
 
@@ -232,7 +252,11 @@ def _largest_coincident_group(theta: np.ndarray, atol: float) -> tuple[int, floa
 
 
 def watanabe_strogatz_constants(
-    theta0: Float[Array, " n"], *, max_iter: int = 200, tol: float | None = None
+    theta0: Float[Array, " n"],
+    *,
+    max_iter: int = 200,
+    tol: float | None = None,
+    points: Float[Array, "n 2"] | None = None,
 ) -> WatanabeStrogatzConstants:
     r"""Möbius parameters at `t0` and constants of motion for the angles `θ_k(t0)`.
 
@@ -260,10 +284,14 @@ def watanabe_strogatz_constants(
       residual `|(1/n) Σ_k w_k|` (default `100 eps` of the dtype). Near a two-cluster state
       rounding limits the residual to about `eps/(1 − |ζ0|)`; residuals up to
       `100 eps/(1 − |ζ0|)` are accepted.
+    - `points`: the tokens `(cos θ_k, sin θ_k)`, shape `(n, 2)`, when the caller has them
+      (as `sweep` has from its sampler): the constants then need no trigonometry. They must
+      be the tokens of `theta0` (to rounding); they are not checked against it.
 
     **Returns:** a `WatanabeStrogatzConstants`.
 
-    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, or (concrete input) an angle
+    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, `points` is not `(n, 2)`, or
+    (concrete input) an angle
     is non-finite, a point `e^{2iθ_k}` carries at least half of the tokens, or the
     barycentre iteration fails. Under `jit`/`vmap` failure is reported by `valid = False`.
 
@@ -284,6 +312,14 @@ def watanabe_strogatz_constants(
         theta0 = theta0.astype(jnp.result_type(float))
     if tol is None:
         tol = 1e2 * float(jnp.finfo(theta0.dtype).eps)
+    if points is not None:
+        points = jnp.asarray(points)
+        if points.shape != (n, 2):
+            raise ValueError(
+                f"{where}: points must be the tokens (cos θ_k, sin θ_k) of theta0, shape "
+                f"({n}, 2), got shape {points.shape}."
+            )
+        points = points.astype(theta0.dtype)
     if _is_concrete(theta0):
         th = np.asarray(theta0, dtype=np.float64)
         size, at = _largest_coincident_group(th, 1e-12)
@@ -295,7 +331,7 @@ def watanabe_strogatz_constants(
                 f"Watanabe–Strogatz needs every point e^{{2iθ_k}} to carry fewer than half of "
                 f"the tokens (its conformal barycentre does not exist otherwise)."
             )
-    consts = _constants(theta0, int(max_iter), tol)
+    consts = _constants(theta0, int(max_iter), tol, points)
     if _is_concrete(consts.valid) and not bool(consts.valid):
         raise ValueError(
             f"{where}: the barycentre iteration did not converge (gauge residual "
@@ -368,16 +404,18 @@ class WatanabeStrogatzSolution(Solution):
 
 
 @jax.jit
-def _points(zeta, Psi, psi):
+def _points(zeta, Psi, psi, half=None):
     """Tokens `(cos θ_k, sin θ_k)` at Möbius parameters `zeta`, `Psi` (shape `(times,)`) for
     the constants `psi` (shape `(n,)`), shape `(times, n, 2)`: `WatanabeStrogatzSolution.points`.
+    `half`: `(cos(ψ/2), sin(ψ/2))` when the caller has them
+    (`WatanabeStrogatzConstants.half_angle`).
 
     Real arithmetic with `e^{iφ/2} = e^{iΨ/2} e^{iψ_k/2}` (trigonometry per save and per
     token, not per both), one save at a time: on the CPU, XLA's complex exponential is
     scalar code and a fused `(times, n)` loop with two outputs runs ~10× slower than a
     loop over saves of `(n,)` vectors.
     """
-    pc, ps = jnp.cos(0.5 * psi), jnp.sin(0.5 * psi)
+    pc, ps = (jnp.cos(0.5 * psi), jnp.sin(0.5 * psi)) if half is None else half
 
     def one(_, p):
         z_re, z_im, Pc, Ps = p
@@ -509,6 +547,8 @@ class WatanabeStrogatzChecks(eqx.Module):
     # input), for the sweep's classification of the solve: XLA's float64 `cos` and `sin`
     # are scalar code on the CPU (4.4 µs a pair at n = 256).
     w: tuple[Float[Array, " n"], Float[Array, " n"]]
+    # `(cos(ψ_k/2), sin(ψ_k/2))` likewise (the last tokens of the classification).
+    half: tuple[Float[Array, " n"], Float[Array, " n"]]
 
 
 def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
@@ -525,14 +565,14 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
     y0 = jnp.stack([jnp.real(consts.zeta0), jnp.imag(consts.zeta0), consts.Psi0]).astype(dtype)
     # The constants as real pairs `w_k = (cos ψ_k, sin ψ_k)`, computed once (diffrax is
     # happiest with real pytrees, and the right-hand side then needs no trigonometry per
-    # token).
-    psi = jnp.where(invalid, 0, consts.psi).astype(dtype)
+    # token): the squares of `e^{iψ_k/2}` (ψ = 0 for a rejected input).
+    hc, hs = (jnp.where(invalid, x, h).astype(dtype) for x, h in zip((1, 0), consts.half_angle))
     args = (
         jnp.where(invalid, 0, A),
         jnp.where(invalid, 0, V),
         jnp.where(invalid, 0, beta),
-        jnp.cos(psi),
-        jnp.sin(psi),
+        hc * hc - hs * hs,
+        2 * hc * hs,
     )
     problem = Problem(
         term=diffrax.ODETerm(_ws_rhs),
@@ -542,7 +582,9 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
         controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
-    checks = WatanabeStrogatzChecks(bad=bad, degenerate=degenerate, constants=consts, w=args[3:])
+    checks = WatanabeStrogatzChecks(
+        bad=bad, degenerate=degenerate, constants=consts, w=args[3:], half=(hc, hs)
+    )
     return problem, checks
 
 
@@ -589,6 +631,7 @@ def solve_watanabe_strogatz(
     adjoint: diffrax.AbstractAdjoint = diffrax.RecursiveCheckpointAdjoint(),
     max_iter: int = 200,
     throw: bool = True,
+    points: Float[Array, "n 2"] | None = None,
 ) -> WatanabeStrogatzSolution:
     r"""Solve the d = 2 LSA flow of `n` tokens exactly through three Watanabe–Strogatz ODEs.
 
@@ -618,6 +661,7 @@ def solve_watanabe_strogatz(
       more of the tokens (see `watanabe_strogatz_constants`).
     - `t1`, `t0`, `ts`, `num_save`, `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`,
       `throw`: as in `solve_ott_antonsen`; `max_iter` for the barycentre.
+    - `points`: the tokens of `theta0`, as `watanabe_strogatz_constants` takes them.
 
     **Returns:** a `WatanabeStrogatzSolution`.
 
@@ -636,7 +680,7 @@ def solve_watanabe_strogatz(
     beta = _check_scalar(where, "beta", beta, positive=True)
     theta0 = _check_angles(where, "theta0", theta0)
     dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, theta0.dtype, float)
-    consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=max_iter)
+    consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=max_iter, points=points)
     ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol = _solve_ws(
         A.astype(dtype),
