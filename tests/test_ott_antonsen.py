@@ -136,6 +136,9 @@ def test_wrapped_cauchy_tokens_without_trigonometry(getkey):
                 {-1.0, 0.0, 1.0} if symmetric else {0.0}
             )
             np.testing.assert_allclose(theta - np.pi * lifted, half, rtol=0, atol=2e-15)
+    # near the circle a tiny half angle flipped by −π rounds to −π: returned as π
+    edge = sample_wrapped_cauchy(getkey(), 20000, 1 - 1e-15)
+    assert float(jnp.min(edge)) > -np.pi and float(jnp.max(edge)) <= np.pi
     # tokens in float32 stay float32
     theta32, x32 = _wrapped_cauchy(getkey(), 100, 0.5, True, jnp.float32, "test")
     assert theta32.dtype == x32.dtype == jnp.float32

@@ -139,6 +139,17 @@ def test_half_angle_and_given_tokens(getkey):
     )
     with pytest.raises(ValueError, match=r"points must be the tokens .* shape \(40, 2\)"):
         watanabe_strogatz_constants(theta0, points=points[:, :1])
+    # concrete points are checked against theta0: finite, real, the same lift, full precision
+    with pytest.raises(ValueError, match=r"points\[3\] is not finite"):
+        watanabe_strogatz_constants(theta0, points=points.at[3, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match=r"points\[\d+\] = .* is not the token"):
+        watanabe_strogatz_constants(theta0, points=-points)  # the tokens of θ + π
+    with pytest.raises(ValueError, match="is not the token"):
+        watanabe_strogatz_constants(theta0, points=points.astype(jnp.float32))
+    with pytest.raises(ValueError, match="real floating-point tokens"):
+        watanabe_strogatz_constants(theta0, points=points + 0j)
+    with pytest.raises(ValueError, match="is not the token"):
+        solve_watanabe_strogatz(jnp.eye(2), -jnp.eye(2), theta0, t1=1.0, points=points[:, ::-1])
 
 
 def test_cross_ratios_conserved_along_particles(runs):

@@ -367,5 +367,7 @@ def _wrapped_cauchy(key, n, R0, symmetric, dtype, where):
     if symmetric:
         flip = jax.random.bernoulli(k_flip, 0.5, (int(n),))
         half = jnp.where(flip, jnp.where(half > 0, half - jnp.pi, half + jnp.pi), half)
+        # A tiny positive half rounds to −π there: the same token as π, kept in (−π, π].
+        half = jnp.where(half <= -jnp.pi, jnp.asarray(jnp.pi, half.dtype), half)
         c, s = jnp.where(flip, -c, c), jnp.where(flip, -s, s)
     return half, jnp.stack([c, s], axis=-1)

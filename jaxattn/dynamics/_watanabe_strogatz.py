@@ -284,14 +284,17 @@ def watanabe_strogatz_constants(
       residual `|(1/n) Σ_k w_k|` (default `100 eps` of the dtype). Near a two-cluster state
       rounding limits the residual to about `eps/(1 − |ζ0|)`; residuals up to
       `100 eps/(1 − |ζ0|)` are accepted.
-    - `points`: the tokens `(cos θ_k, sin θ_k)`, shape `(n, 2)`, when the caller has them
-      (as `sweep` has from its sampler): the constants then need no trigonometry. They must
-      be the tokens of `theta0` (to rounding); they are not checked against it.
+    - `points`: the tokens `(cos θ_k, sin θ_k)`, shape `(n, 2)`, real, when the caller has
+      them (as `sweep` has from its sampler): the constants then need no trigonometry. They
+      must be the tokens of `theta0` to rounding (`1000 eps` of the dtype, relative to
+      `max(1, |θ_k|)`): checked on concrete input, not under `jit`/`vmap` (where non-finite
+      points give `valid = False`).
 
     **Returns:** a `WatanabeStrogatzConstants`.
 
-    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, `points` is not `(n, 2)`, or
-    (concrete input) an angle
+    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, `points` is not a real
+    `(n, 2)` array, or (concrete input) a token of `points` is not finite or not that of
+    `theta0`, an angle
     is non-finite, a point `e^{2iθ_k}` carries at least half of the tokens, or the
     barycentre iteration fails. Under `jit`/`vmap` failure is reported by `valid = False`.
 
@@ -319,6 +322,31 @@ def watanabe_strogatz_constants(
                 f"{where}: points must be the tokens (cos θ_k, sin θ_k) of theta0, shape "
                 f"({n}, 2), got shape {points.shape}."
             )
+        if not jnp.issubdtype(points.dtype, jnp.floating):
+            raise ValueError(
+                f"{where}: points must be real floating-point tokens (cos θ_k, sin θ_k), "
+                f"got dtype {points.dtype}."
+            )
+        if _is_concrete(points) and _is_concrete(theta0):
+            # A concrete call can afford the trigonometry the argument saves: the tokens
+            # must be those of theta0 (another lift θ + π flips e^{iψ/2}), in its precision.
+            got = np.asarray(points, np.float64)
+            th = np.asarray(theta0, np.float64)
+            ok = np.isfinite(got).all(axis=1)
+            if not ok.all():
+                k = int(np.argmin(ok))
+                raise ValueError(f"{where}: points[{k}] is not finite ({got[k].tolist()}).")
+            want = np.stack([np.cos(th), np.sin(th)], -1)
+            err = np.abs(got - want).max(axis=1) / np.maximum(1.0, np.abs(th))
+            bound = 1e3 * float(jnp.finfo(theta0.dtype).eps)
+            if np.any(err > bound):
+                k = int(np.argmax(err))
+                raise ValueError(
+                    f"{where}: points[{k}] = {got[k].tolist()} is not the token "
+                    f"(cos θ, sin θ) of theta0[{k}] = {float(th[k])!r} (difference "
+                    f"{np.abs(got[k] - want[k]).max():.3g}, allowed {bound:.3g} in "
+                    f"{theta0.dtype}); pass the tokens of theta0 itself, or leave points out."
+                )
         points = points.astype(theta0.dtype)
     if _is_concrete(theta0):
         th = np.asarray(theta0, dtype=np.float64)
