@@ -142,6 +142,7 @@ from ._solve import (
 )
 from ._solve import environment_record as _solve_environment
 from ._vector_field import AttentionDynamics, kernel_rate, narrowing, unit_columns
+from ._watanabe_strogatz import _double_angle as _ws_double_angle
 from ._watanabe_strogatz import _order_parameter_w as _ws_order_parameter
 from ._watanabe_strogatz import _points as _ws_points
 from ._watanabe_strogatz import _token_speeds as _ws_token_speeds
@@ -853,7 +854,9 @@ def _member_setup(flow, seed, cfg: _Config):
     return dtype, ts, x0, theta0, R0, rate, run_flow, classify_kw
 
 
-def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, series=None, w=None):
+def _member_judge(
+    cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, series=None, trig=None
+):
     """Classify one solved member (`sol` a `Trajectory`, `OttAntonsenSolution` or
     `WatanabeStrogatzSolution`); every output is an array with no batch axis.
 
@@ -861,8 +864,8 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
     (`classify_tokens` of every token, computed from what it reads): `sol.xs` holds every
     save (the whole solve) or, with `series` (the compact path's saved `_token_series`),
     the saves from `_late_start` on. Watanabe–Strogatz members take
-    `w = ((cos ψ, sin ψ), (cos ψ/2, sin ψ/2))` from their prepared problem when given (the
-    same numbers as from `sol.constants.half_angle`)."""
+    `trig = ((cos ψ, sin ψ), (cos ψ/2, sin ψ/2))` from their prepared problem when given
+    (the same numbers as from `sol.constants.half_angle`)."""
     if cfg.method == "ott_antonsen":
         R2 = sol.R
         regime, ev = classify_order_parameter(ts, R2, **classify_kw)
@@ -872,11 +875,11 @@ def _member_judge(cfg: _Config, ts, sol, run_flow, rate, classify_kw, dtype, ser
         # last tokens: reconstructing tokens cost more than the solve (every save), then
         # half of it (the tail's).
         psi = sol.constants.psi
-        if w is None:
-            hc, hs = half = sol.constants.half_angle
-            w = (hc * hc - hs * hs, 2 * hc * hs)
+        if trig is None:
+            half = sol.constants.half_angle
+            w = _ws_double_angle(*half)
         else:
-            w, half = w
+            w, half = trig
         R2 = _ws_order_parameter(sol.zeta, sol.Psi, *w)
         tail = _tail_start(cfg.num_save, cfg.window)
         speeds = _ws_token_speeds(ts[tail:], sol.zeta[tail:], sol.Psi[tail:], psi, w)
@@ -1048,9 +1051,9 @@ def _member_finish(state, post, cfg: _Config, dtype):
     if gap_floor is None:
         gap_floor = max(default_gap_floor(dtype), 10 * cfg.rtol)
     classify_kw = dict(window=cfg.window, gap_floor=gap_floor, rest_tol=cfg.rest_tol)
-    w = (checks.w, checks.half) if cfg.method == "watanabe_strogatz" else None
+    trig = (checks.w, checks.half) if cfg.method == "watanabe_strogatz" else None
     regime, result, failed, order, R2, evidence = _member_judge(
-        cfg, ts, sol, run_flow, rate, classify_kw, dtype, series, w
+        cfg, ts, sol, run_flow, rate, classify_kw, dtype, series, trig
     )
     lyap = jnp.full((2,), jnp.nan, dtype)
     return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)

@@ -181,6 +181,12 @@ def _largest_group_size(theta, atol):
     return jnp.where(jnp.all(close), n, largest)
 
 
+def _double_angle(c, s):
+    """`(cos 2a, sin 2a)` from `(cos a, sin a)`: the square of the unit complex `c + is`
+    (no trigonometry; XLA's float64 `cos`/`sin` are scalar code on the CPU)."""
+    return c * c - s * s, 2 * c * s
+
+
 @eqx.filter_jit
 def _constants(theta0, max_iter, tol, points=None):
     rdtype = theta0.dtype
@@ -197,7 +203,7 @@ def _constants(theta0, max_iter, tol, points=None):
     else:
         c, s = points[:, 0], points[:, 1]
     c, s = jnp.where(ok, c, 1), jnp.where(ok, s, 0)
-    z = jax.lax.complex(c * c - s * s, 2 * c * s)  # e^{2iθ}
+    z = jax.lax.complex(*_double_angle(c, s))  # e^{2iθ}
     zeta, res = _barycentre(z, max_iter, tol)
     # Near a two-cluster state the barycentre sits near the circle and rounding limits the
     # residual to about eps/(1 − |ζ|): accept that, and reject sets where one point holds
@@ -449,7 +455,7 @@ def _points(zeta, Psi, psi, half=None):
         z_re, z_im, Pc, Ps = p
         hc = Pc * pc - Ps * ps  # e^{iφ/2}
         hs = Ps * pc + Pc * ps
-        er, ei = hc * hc - hs * hs, -2 * hc * hs  # e^{−iφ}
+        er, ei = _double_angle(hc, -hs)  # e^{−iφ}
         ur = 1 + z_re * er - z_im * ei  # u = 1 + ζ e^{−iφ}
         ui = z_re * ei + z_im * er
         size = jnp.sqrt(ur * ur + ui * ui)
@@ -599,8 +605,7 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
         jnp.where(invalid, 0, A),
         jnp.where(invalid, 0, V),
         jnp.where(invalid, 0, beta),
-        hc * hc - hs * hs,
-        2 * hc * hs,
+        *_double_angle(hc, hs),
     )
     problem = Problem(
         term=diffrax.ODETerm(_ws_rhs),
