@@ -231,12 +231,28 @@ def test_compacted_members_equal_their_solo_runs(method, monkeypatch):
     kw = dict(SWEEP_KW, method=method, progress=False)
     seeds = np.arange(6)
     # Two slots for six members: every slot is refilled, a failed member retires early.
-    comp = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=2, segment_steps=8, **kw)
-    assert comp.plan["strategy"] == "compact"
-    assert 0 < comp.lockstep_efficiency <= 1
-    assert comp.failed[3] and comp.failed[4] and not comp.failed[0]
-    assert RESULTS.max_steps_reached._value == comp.result[3]
-    assert comp.num_steps[3] == 256
+    # One slot (`_one_slot`, each member solved on its own, here in segments of 8 steps).
+    runs = {
+        slots: sweep(
+            SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=slots, segment_steps=8, **kw
+        )
+        for slots in (2, 1)
+    }
+    for slots, comp in runs.items():
+        assert comp.plan["strategy"] == "compact"
+        assert comp.plan["slots_per_device"] == [slots]
+        assert 0 < comp.lockstep_efficiency <= 1
+        assert comp.failed[3] and comp.failed[4] and not comp.failed[0]
+        assert RESULTS.max_steps_reached._value == comp.result[3]
+        assert comp.num_steps[3] == 256
+    # One slot steps no member in lockstep with another: no masked iterations.
+    assert runs[1].lockstep_efficiency == 1
+    for k in ("regime", "result", "num_steps"):
+        np.testing.assert_array_equal(getattr(runs[1], k), getattr(runs[2], k), err_msg=k)
+    # A vmapped solve and a solve on its own compile differently: rounding apart (1e-13
+    # here, grown along a rotating Ott–Antonsen member).
+    np.testing.assert_allclose(runs[1].R2, runs[2].R2, rtol=0, atol=1e-12, equal_nan=True)
+    comp = runs[2]
     # Each member alone (the lockstep path: the public solvers, one member per chunk).
     for i in range(6):
         solo = sweep(SWEEP_A[i], SWEEP_V[i], 1.0, seeds[i], strategy="lockstep", **kw)

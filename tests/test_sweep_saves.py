@@ -28,7 +28,9 @@ from jaxattn.dynamics import (
 from jaxattn.dynamics._regimes import (
     _classify_circle,
     _classify_series,
+    _direction_moments,
     _late_start,
+    _series_from_moments,
     _tail_start,
     _token_series,
 )
@@ -72,8 +74,8 @@ def test_segmented_saves_on_two_grids_equal_the_whole_solve(token_major):
     late = _late_start(TS.shape[0], 0.5, 2)
     grids = (TS, TS[late:])
 
-    def series(y):
-        return _token_series(normalise(y.T if token_major else y))
+    def series(y):  # what the compact sweep saves: the moment of the directions
+        return _direction_moments(y, token_major)
 
     fns = (series, None)
     state = start_segments(problem, 0.0, jnp.asarray(T1), None, (41, 41 - late), fns)
@@ -83,14 +85,48 @@ def test_segmented_saves_on_two_grids_equal_the_whole_solve(token_major):
     while not bool(state.done):
         state = step(state)
     assert int(state.num_steps) == int(whole.stats["num_steps"])
-    (Q, R2), late_ys = state.ys
-    Q_whole, R2_whole = jax.vmap(series)(whole.ys)
+    moments, late_ys = state.ys
+    np.testing.assert_allclose(moments, jax.vmap(series)(whole.ys), rtol=0, atol=1e-12)
+    # ... and they are `_token_series` of the whole solve's tokens, as the judge reads them.
+    Q, R2 = _series_from_moments(moments, 2)
+    Q_whole, R2_whole = _token_series(
+        normalise(jnp.swapaxes(whole.ys, -1, -2) if token_major else whole.ys)
+    )
     np.testing.assert_allclose(Q, Q_whole, rtol=0, atol=1e-12)
     np.testing.assert_allclose(R2, R2_whole, rtol=0, atol=1e-12)
     np.testing.assert_allclose(late_ys, whole.ys[late:], rtol=0, atol=1e-12)
     # The late tokens come back as (times, n, d) whatever the layout.
     traj = finish_particles(checks, whole, TS)
     assert traj.xs.shape == (41, 64, 2)
+
+
+@pytest.mark.parametrize("token_major", [False, True])
+@pytest.mark.parametrize("d", [2, 3, 6])
+def test_direction_moments_are_the_token_series_of_the_directions(d, token_major):
+    # Tokens off the sphere (norms from 1e-3 to 1e3) and one zero token, which counts as
+    # zero (as `normalise` leaves it): Q has trace (n − 1)/n, R₂ = Q₀₀ − Q₁₁ + 2i Q₀₁.
+    rng = np.random.default_rng(d)
+    n = 40
+    x = rng.normal(size=(n, d)) * 10.0 ** rng.uniform(-3, 3, size=(n, 1))
+    x[5] = 0.0
+    u = normalise(jnp.asarray(x))
+    Q_ref, R2_ref = _token_series(u)
+    m = _direction_moments(jnp.asarray(x.T if token_major else x), token_major)
+    assert m.shape == (d * (d + 1) // 2,)
+    Q, R2 = _series_from_moments(m, d)
+    np.testing.assert_allclose(Q, Q_ref, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(np.trace(Q), (n - 1) / n, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(Q, np.swapaxes(Q, 0, 1))
+    if d == 2:
+        np.testing.assert_allclose(R2, R2_ref, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(
+            R2, np.mean(np.exp(2j * np.arctan2(x[:, 1], x[:, 0])) * (np.arange(n) != 5)), atol=1e-15
+        )
+    else:
+        assert R2 is None and R2_ref is None
+    # A batch of saves (times, entries) maps to (times, d, d).
+    Qs, _ = _series_from_moments(jnp.stack([m, m]), d)
+    np.testing.assert_array_equal(Qs, jnp.stack([Q, Q]))
 
 
 @pytest.mark.parametrize("d", [2, 3])

@@ -26,7 +26,7 @@ from jaxtyping import Array, Complex, Float, Int
 from ..sphere import _atan2, _sort, _step_angle, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import Trajectory
-from ._vector_field import moment_rows
+from ._vector_field import _WRITTEN_OUT_D, _row_sum
 
 __all__ = [
     "REGIMES",
@@ -857,13 +857,33 @@ def _token_series(x):
     return Q, R2
 
 
-def _token_series_token_major(u):
-    """`_token_series(u.T)` of unit tokens stored token-major (`u` of shape `(d, n)`, the
-    particle state of `_solve._TokenMajor`): the same numbers, to rounding, from sums over
-    the rows of `u` (no transpose of the state at every save)."""
-    d, n = u.shape
-    R2 = jnp.mean((u[0] + 1j * u[1]) ** 2) if d == 2 else None
-    return moment_rows(u) / n, R2
+def _direction_moments(y, token_major: bool):
+    """The moment `Q = (1/n) Σ_k u_k u_kᵀ` of the directions `u_k = y_k/|y_k|` of the
+    tokens `y` (shape `(n, d)`, or `(d, n)` stored token-major; a zero token counts as
+    zero), as the flat vector of its entries `Q_ab`, `a ≤ b` (row-major order, shape
+    `(d(d+1)/2,)`): what a sweep saves of a particle member at every save time
+    (`_series_from_moments` reads it). For token-major `d ≤ 4` it is one sum over the
+    tokens of the row products `y_a y_b / |y|²`: no square root and no normalised copy of
+    the state (that copy, its second normalisation and the separate sums for `Q` and `R₂`
+    cost about 1 µs per save at n = 256, d = 2, one core). Equal to `_token_series` of the
+    normalised tokens to rounding."""
+    if token_major and y.shape[0] <= _WRITTEN_OUT_D:
+        d = y.shape[0]
+        r2 = _row_sum([y[a] * y[a] for a in range(d)])
+        w = 1 / jnp.where(r2 > 0, r2, jnp.inf)
+        rows = [y[a] * y[b] * w for a in range(d) for b in range(a, d)]
+        return jnp.mean(jnp.stack(rows), axis=-1)
+    Q = _moment(normalise(y.T if token_major else y))
+    return Q[np.triu_indices(Q.shape[-1])]
+
+
+def _series_from_moments(m, d: int):
+    """`_token_series` (`Q`, shape `(..., d, d)`, and in d = 2 `R₂ = Q₀₀ − Q₁₁ + 2i Q₀₁`;
+    None for d > 2) from `_direction_moments` vectors `m` (shape `(..., d(d+1)/2)`)."""
+    a, b = np.triu_indices(d)
+    Q = jnp.zeros(m.shape[:-1] + (d, d), m.dtype).at[..., a, b].set(m).at[..., b, a].set(m)
+    R2 = (Q[..., 0, 0] - Q[..., 1, 1]) + 2j * Q[..., 0, 1] if d == 2 else None
+    return Q, R2
 
 
 def _classify_series(ts, Q, R2, xs_late, *, window, cluster_tol, gap_floor, rest_tol):

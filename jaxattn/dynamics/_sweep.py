@@ -118,12 +118,13 @@ from ._regimes import (
     RegimeEvidence,
     _classify_circle,
     _classify_series,
+    _direction_moments,
     _gap_from_moment,
     _late_start,
     _positive,
+    _series_from_moments,
     _tail_start,
     _token_series,
-    _token_series_token_major,
     _window_start,
     classify_order_parameter,
     default_gap_floor,
@@ -141,7 +142,7 @@ from ._solve import (
     token_major_pays,
 )
 from ._solve import environment_record as _solve_environment
-from ._vector_field import AttentionDynamics, kernel_rate, narrowing, unit_columns
+from ._vector_field import AttentionDynamics, kernel_rate, narrowing
 from ._watanabe_strogatz import _double_angle as _ws_double_angle
 from ._watanabe_strogatz import _order_parameter_w as _ws_order_parameter
 from ._watanabe_strogatz import _points as _ws_points
@@ -1040,9 +1041,8 @@ def _member_finish(state, post, cfg: _Config, dtype):
         (series, late_ys) = seg.ys
         # NaN for a rejected member and for saves never reached (inf in the buffer), as
         # the tokens of the whole solve give them.
-        series = jax.tree.map(
-            lambda q: jnp.where(checks.invalid | ~jnp.isfinite(q), jnp.nan, q), series
-        )
+        moments = jnp.where(checks.invalid | ~jnp.isfinite(series), jnp.nan, series)
+        series = _series_from_moments(moments, cfg.d)
         seg = eqx.tree_at(lambda sg: sg.ys, seg, late_ys)
         sol = finish(checks, seg, ts[_late_start(cfg.num_save, cfg.window, cfg.d) :])
     else:
@@ -1066,21 +1066,14 @@ def _rows(mask, new, old):
     )
 
 
-def _particle_series(sphere: bool, euclidean: bool, token_major: bool):
+def _particle_series(token_major: bool):
     """The save function of a particle member in the compact path: what its judge reads
-    at every save (`_token_series` of the tokens as `classify_tokens` sees them:
-    `Trajectory.xs`, its directions off the sphere, normalised)."""
+    at every save, `_direction_moments` of the state (the moment of the tokens as
+    `classify_tokens` sees them: `Trajectory.xs`, its directions off the sphere,
+    normalised; `_series_from_moments` turns the saves into `_token_series`)."""
 
     def fn(y):
-        if token_major:  # y = xᵀ, shape (d, n): the same steps on its rows
-            u = unit_columns(y)[0] if sphere else y
-            if euclidean:
-                u = unit_columns(u)[0]
-            return _token_series_token_major(unit_columns(u)[0])
-        x = normalise(y) if sphere else y
-        if euclidean:
-            x = normalise(x)
-        return _token_series(normalise(x))
+        return _direction_moments(y, token_major)
 
     return fn
 
@@ -1094,10 +1087,9 @@ def _save_plan(cfg: _Config, ts, post):
     every save)."""
     if cfg.method != "particles":
         return ts, None
-    checks, _, run_flow = post
-    euclidean = getattr(run_flow, "manifold", "sphere") == "euclidean"
+    checks = post[0]
     late = _late_start(cfg.num_save, cfg.window, cfg.d)
-    series = _particle_series(checks.sphere, euclidean, checks.token_major)
+    series = _particle_series(checks.token_major)
     return (ts, ts[late:]), (series, None)
 
 
@@ -1119,12 +1111,78 @@ def _blocked_vmap(fn, block, *args):
     return eqx.combine(jax.lax.map(one, dyn, batch_size=block), out_static[0])
 
 
+def _one_slot(advance_one, p_dyn, starts, live, rows):
+    """The finished states of `_compact_local` with one slot, and the solver-loop
+    iterations: each member solved on its own, one after the other (`lax.map`), by the
+    same `advance_one` segments as a pool of one slot (bitwise the same results). The pool
+    paid for its queue (the slot's states taken from and written back to the chunk's
+    arrays around every member) and ran the solve as a vmap of one, whose batched loop
+    predicates select over the whole carry, save buffers included, at every step and save:
+    about 5 % of a particle member (n = 256, d = 2, one core; 2026-12-05)."""
+
+    def solve(args):
+        d, st, lv = args
+        st = eqx.tree_at(lambda s: (s.ys, s.done), st, (rows, st.done | ~lv))
+        return jax.lax.while_loop(lambda s: ~s.done, lambda s: advance_one(d, s), st)
+
+    finished = jax.lax.map(solve, (p_dyn, starts, live))
+    return finished, jnp.sum(jnp.where(live, finished.num_steps, 0))
+
+
+def _pool(advance_one, p_dyn, starts, live, inf_rows, slots, m):
+    """The finished states of `_compact_local`'s pool of `slots` slots, and the
+    solver-loop iterations it ran (per segment, the most steps any slot took)."""
+    advance = jax.vmap(advance_one)
+    num_live = jnp.sum(live)
+    take = lambda tree, idx: jax.tree.map(lambda x: x[idx], tree)  # noqa: E731
+    first = jnp.arange(slots)
+    slot = jnp.where(first < num_live, first, -1)
+    pool = eqx.tree_at(lambda st: st.ys, take(starts, first), inf_rows(slots))
+    pool = eqx.tree_at(lambda st: st.done, pool, pool.done | (slot < 0))  # empty: no steps
+    # Finished members' states (the unreached saves stay inf, as in diffeqsolve).
+    finished = eqx.tree_at(lambda st: st.ys, starts, inf_rows(m))
+
+    def cond(carry):
+        return jnp.any(carry[1] >= 0)
+
+    def body(carry):
+        pool, slot, queue, finished, iterations = carry
+        before = pool.num_steps
+        pool = advance(take(p_dyn, jnp.maximum(slot, 0)), pool)
+        iterations = iterations + jnp.max(pool.num_steps - before)
+        done = pool.done & (slot >= 0)
+        where = jnp.where(done, slot, m)  # out of range: dropped
+        finished = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), finished, pool)
+
+        def refill(args):
+            pool, slot, queue = args
+            free = done | (slot < 0)
+            cand = queue + jnp.cumsum(free) - 1
+            fill = free & (cand < num_live)
+            slot = jnp.where(fill, cand, jnp.where(done, -1, slot))
+            new = take(starts, jnp.clip(cand, 0, m - 1))
+            ys = jax.tree.map(
+                lambda y: jnp.where(fill.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.inf, y),
+                pool.ys,
+            )
+            pool = _rows(fill, eqx.tree_at(lambda st: st.ys, new, ys), pool)
+            return pool, slot, queue + jnp.sum(fill)
+
+        pool, slot, queue = jax.lax.cond(jnp.any(done), refill, lambda a: a, (pool, slot, queue))
+        return pool, slot, queue, finished, iterations
+
+    carry = (pool, slot, jnp.minimum(num_live, slots), finished, jnp.zeros((), jnp.int32))
+    _, _, _, finished, iterations = jax.lax.while_loop(cond, body, carry)
+    return finished, iterations
+
+
 def _compact_local(
     dynamic, static, seed, live, cfg: _Config, slots: int, steps: int, block: int | None
 ):
     """One device's members: prepared, solved `slots` at a time by segments of `steps`
-    steps in one `while_loop` (a finished slot takes the next member of the queue), then
-    finished and classified; preparing and classifying take `block` members at a time
+    steps in one `while_loop` (a finished slot takes the next member of the queue; with one
+    slot, `_one_slot`: each member's solve on its own), then finished and classified;
+    preparing and classifying take `block` members at a time
     (`None`: all at once). Members with `live = False` (the padding of a chunk) sit at the
     end and are never solved.
 
@@ -1176,47 +1234,12 @@ def _compact_local(
         )
         return eqx.filter(st, eqx.is_array)
 
-    advance = jax.vmap(advance_one)
-    num_live = jnp.sum(live)
-    take = lambda tree, idx: jax.tree.map(lambda x: x[idx], tree)  # noqa: E731
-    first = jnp.arange(slots)
-    slot = jnp.where(first < num_live, first, -1)
-    pool = eqx.tree_at(lambda st: st.ys, take(starts, first), inf_rows(slots))
-    pool = eqx.tree_at(lambda st: st.done, pool, pool.done | (slot < 0))  # empty: no steps
-    # Finished members' states (the unreached saves stay inf, as in diffeqsolve).
-    finished = eqx.tree_at(lambda st: st.ys, starts, inf_rows(m))
-
-    def cond(carry):
-        return jnp.any(carry[1] >= 0)
-
-    def body(carry):
-        pool, slot, queue, finished, iterations = carry
-        before = pool.num_steps
-        pool = advance(take(p_dyn, jnp.maximum(slot, 0)), pool)
-        iterations = iterations + jnp.max(pool.num_steps - before)
-        done = pool.done & (slot >= 0)
-        where = jnp.where(done, slot, m)  # out of range: dropped
-        finished = jax.tree.map(lambda a, b: a.at[where].set(b, mode="drop"), finished, pool)
-
-        def refill(args):
-            pool, slot, queue = args
-            free = done | (slot < 0)
-            cand = queue + jnp.cumsum(free) - 1
-            fill = free & (cand < num_live)
-            slot = jnp.where(fill, cand, jnp.where(done, -1, slot))
-            new = take(starts, jnp.clip(cand, 0, m - 1))
-            ys = jax.tree.map(
-                lambda y: jnp.where(fill.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.inf, y),
-                pool.ys,
-            )
-            pool = _rows(fill, eqx.tree_at(lambda st: st.ys, new, ys), pool)
-            return pool, slot, queue + jnp.sum(fill)
-
-        pool, slot, queue = jax.lax.cond(jnp.any(done), refill, lambda a: a, (pool, slot, queue))
-        return pool, slot, queue, finished, iterations
-
-    carry = (pool, slot, jnp.minimum(num_live, slots), finished, jnp.zeros((), jnp.int32))
-    _, _, _, finished, iterations = jax.lax.while_loop(cond, body, carry)
+    if slots == 1:
+        finished, iterations = _one_slot(
+            advance_one, p_dyn, starts, live, jax.tree.map(lambda y: y[0], inf_rows(1))
+        )
+    else:
+        finished, iterations = _pool(advance_one, p_dyn, starts, live, inf_rows, slots, m)
     out = _blocked_vmap(
         lambda st, po: _member_finish(eqx.combine(st, s_static), po, cfg, dtype),
         block,
