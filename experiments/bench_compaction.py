@@ -35,8 +35,8 @@ times. It prints the per-member time the goals allow (10x the scipy loop for par
 Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout] [--saves]
 [--budget] [--repeat 3] [--methods particles ...]`. Each sweep configuration is timed
 `--repeat` times (default 3; the repeats go round all configurations) and the fastest
-run is reported. The scipy loop is timed
-before and after the sweeps (both printed; the ratios use their mean).
+run is reported. The scipy loop is timed `--repeat` times before and as many after the
+sweeps, and its fastest run is used too (the range is printed).
 """
 
 import argparse
@@ -247,16 +247,23 @@ def main(
     x0 = np.stack([np.cos(th), np.sin(th)], -1)
     subset = np.random.default_rng(1).choice(pairs, min(scipy_members, pairs), replace=False)
     scipy_seconds = {}
+    # The natural rates (a JAX computation) are taken before, out of the timed loop: inside
+    # it, their first call compiled and every call dispatched, which made the first scipy
+    # timing in natural time read up to 1.5x slow and flattered the sweeps.
+    rates = {i: float(sw.natural_rate(A[i], V[i], 1.0)) for i in subset}
 
     def scipy_loop():
-        # Timed before and after the sweeps: the rate is their mean, and both are printed
-        # (the loop is bound by NumPy's per-call cost, which drifts with the machine's load).
-        for ts in ("physical", "natural"):
-            t = time.perf_counter()
-            for i in subset:
-                r = float(sw.natural_rate(A[i], V[i], 1.0)) if ts == "natural" else 1.0
-                _scipy_member(A[i], V[i] / r, x0, t1, 1e-7, 1e-9)
-            scipy_seconds.setdefault(ts, []).append((time.perf_counter() - t) / len(subset) * pairs)
+        # Timed `REPEAT` times before the sweeps and `REPEAT` times after, and the fastest run
+        # is used, as for the sweeps (the loop is bound by NumPy's per-call cost, which
+        # drifts with the machine's load; all runs are kept in the JSON).
+        for _ in range(REPEAT):
+            for ts in ("physical", "natural"):
+                t = time.perf_counter()
+                for i in subset:
+                    r = rates[i] if ts == "natural" else 1.0
+                    _scipy_member(A[i], V[i] / r, x0, t1, 1e-7, 1e-9)
+                seconds = (time.perf_counter() - t) / len(subset) * pairs
+                scipy_seconds.setdefault(ts, []).append(seconds)
 
     # One untimed member first: the first calls pay scipy's and NumPy's warm-up.
     _scipy_member(A[subset[0]], V[subset[0]], x0, t1, 1e-7, 1e-9)
@@ -291,11 +298,11 @@ def main(
     scipy_loop()
     scipy_rate = {}
     for ts in ("physical", "natural"):
-        before, after = scipy_seconds[ts]
+        runs = scipy_seconds[ts]
         add(
-            f"scipy solve_ivp RK45 loop, {ts} (timed on {len(subset)}, before/after: "
-            f"{pairs / before:.1f}/{pairs / after:.1f})",
-            0.5 * (before + after),
+            f"scipy solve_ivp RK45 loop, {ts} (timed on {len(subset)}, fastest of {len(runs)}; "
+            f"{pairs / max(runs):.1f}-{pairs / min(runs):.1f})",
+            min(runs),
         )
         scipy_rate[ts] = rows[-1]["members_per_s"]
     for method in methods:
@@ -399,6 +406,7 @@ def main(
                 n=n,
                 t1=t1,
                 repeat=REPEAT,
+                scipy_seconds=scipy_seconds,
             ),
             f,
             indent=1,
