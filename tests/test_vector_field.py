@@ -119,7 +119,7 @@ def test_bad_arguments(A, V, kwargs, match):
         AttentionDynamics(A, V, **kwargs)
 
 
-@pytest.mark.parametrize("d", [2, 5])
+@pytest.mark.parametrize("d", [2, 3, 4, 5])
 @pytest.mark.parametrize("normalisation", ["post_ln", "pre_ln", "ngpt"])
 def test_token_major_field_equals_the_token_row_field(getkey, d, normalisation):
     # The token-major state y = xᵀ is what simulate and the sweep integrate for small d
