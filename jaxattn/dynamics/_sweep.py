@@ -86,6 +86,7 @@ process 0 writes files and shows progress.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -1066,18 +1067,6 @@ def _rows(mask, new, old):
     )
 
 
-def _particle_series(token_major: bool):
-    """The save function of a particle member in the compact path: what its judge reads
-    at every save, `_direction_moments` of the state (the moment of the tokens as
-    `classify_tokens` sees them: `Trajectory.xs`, its directions off the sphere,
-    normalised; `_series_from_moments` turns the saves into `_token_series`)."""
-
-    def fn(y):
-        return _direction_moments(y, token_major)
-
-    return fn
-
-
 def _save_plan(cfg: _Config, ts, post):
     """Save grids and functions of the compact path: OA and WS save their (2–3 real)
     states at every save time (`fns = None`; interpolated from each segment's dense
@@ -1089,7 +1078,9 @@ def _save_plan(cfg: _Config, ts, post):
         return ts, None
     checks = post[0]
     late = _late_start(cfg.num_save, cfg.window, cfg.d)
-    series = _particle_series(checks.token_major)
+    # The moment of the tokens as `classify_tokens` sees them (`Trajectory.xs`: the
+    # directions of the state), which `_series_from_moments` turns into `_token_series`.
+    series = functools.partial(_direction_moments, token_major=checks.token_major)
     return (ts, ts[late:]), (series, None)
 
 
