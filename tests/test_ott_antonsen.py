@@ -114,6 +114,38 @@ def test_sample_wrapped_cauchy(getkey):
         assert abs(complex(order_parameter(row, 2)) - r) < 4 / np.sqrt(4000)
 
 
+@pytest.mark.parametrize(
+    "n, R0, kwargs, match",
+    [
+        (2.5, 0.3, {}, "n must be an integer"),
+        ("5", 0.3, {}, "n must be an integer"),
+        (True, 0.3, {}, "n must be an integer"),
+        (0, 0.3, {}, "need n >= 1"),
+        (5, 0.3, dict(dtype=jnp.float16), "dtype must be float32 or float64"),
+        (5, 0.3, dict(dtype=jnp.int32), "dtype must be float32 or float64"),
+        (5, 0.3, dict(dtype=jnp.complex64), "dtype must be float32 or float64"),
+        (5, 0.3, dict(dtype="banana"), "dtype must be float32 or float64"),
+        (5, 1.0, {}, r"\|R0\| < 1"),
+        (5, np.nan, {}, "not finite"),
+        (5, np.ones(2), {}, "complex scalar"),
+        # below 1 in float64, 1 once rounded to float32: the point mass, refused
+        (5, 1 - 1e-9, dict(dtype=jnp.float32), r"\|R0\| < 1 .*float32"),
+    ],
+)
+def test_sample_wrapped_cauchy_bad_arguments(getkey, n, R0, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sample_wrapped_cauchy(getkey(), n, R0, **kwargs)
+
+
+def test_sample_wrapped_cauchy_float32_near_the_circle(getkey):
+    # The largest |R0| a float32 sample takes is one below 1 in float32: its angles are
+    # float32 and concentrate on the antipodal pair of arg(R0)/2, as the law says.
+    R0 = float(np.nextafter(np.float32(1), np.float32(0)))
+    theta = sample_wrapped_cauchy(getkey(), 1000, R0, dtype=jnp.float32)
+    assert theta.dtype == jnp.float32
+    assert abs(complex(order_parameter(theta.astype(jnp.float64), 2)) - R0) < 1e-3
+
+
 def test_wrapped_cauchy_tokens_without_trigonometry(getkey):
     # The sweep's sampler returns the public sampler's angles and their tokens, the latter
     # from e^{2iθ} in roots and divisions; both equal the library's trigonometry to

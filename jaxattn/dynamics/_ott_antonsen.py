@@ -311,9 +311,11 @@ def sample_wrapped_cauchy(
 
     **Returns:** angles of shape `(n,)` in `(−π, π]`.
 
-    **Raises:** `ValueError` if `n < 1`, `R0` is not a scalar, or a concrete `R0` is
-    non-finite or has `|R0| ≥ 1` (the wrapped Cauchy law degenerates to a point mass at
-    `|R0| = 1`). A traced `R0` with `|R0| ≥ 1` raises an `EquinoxRuntimeError` at run time.
+    **Raises:** `ValueError` if `n` is not an integer ≥ 1, `dtype` is not float32 or
+    float64, `R0` is not a scalar, or a concrete `R0` is non-finite or has `|R0| ≥ 1`, in
+    float64 or once rounded to `dtype` (the wrapped Cauchy law degenerates to a point mass
+    at `|R0| = 1`). A traced `R0` with `|R0| ≥ 1` raises an `EquinoxRuntimeError` at run
+    time.
 
     Source: Ott & Antonsen, Chaos 18 (2008) (Poisson-kernel manifold); docs/theory.
     """
@@ -327,8 +329,20 @@ def _wrapped_cauchy(key, n, R0, symmetric, dtype, where):
     `atan2` are scalar code on the CPU, ~5–7 µs each at n = 256, a few per cent of a
     Watanabe–Strogatz sweep member; `e^{iu}` and the argument are `sphere._sincos` and
     `sphere._atan2`, equal to them to rounding)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise ValueError(f"{where}: the number of tokens n must be an integer, got {n!r}.")
     if int(n) < 1:
         raise ValueError(f"{where}: need n >= 1 tokens, got n={n}.")
+    if dtype is None:
+        dtype = jnp.result_type(float)
+    try:
+        real = jnp.dtype(dtype) in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64))
+    except TypeError:  # not a dtype at all
+        real = False
+    if not real:
+        raise ValueError(f"{where}: dtype must be float32 or float64, got {dtype!r}.")
+    dtype = jnp.dtype(dtype)
+    cdtype = jnp.result_type(dtype, jnp.complex64)
     R0 = jnp.asarray(R0)
     if R0.ndim != 0:
         raise ValueError(f"{where}: R0 must be a complex scalar, got shape {R0.shape}.")
@@ -336,13 +350,13 @@ def _wrapped_cauchy(key, n, R0, symmetric, dtype, where):
         r0 = complex(np.asarray(R0))
         if not np.isfinite(r0):
             raise ValueError(f"{where}: R0 is not finite ({r0}).")
-        if abs(r0) >= 1:
+        # |R0| < 1 in the precision of the angles: in float32 a |R0| just below 1 rounds
+        # to 1, the point mass.
+        if abs(r0) >= 1 or abs(np.asarray(r0, cdtype)) >= 1:
             raise ValueError(
-                f"{where}: need |R0| < 1 for a wrapped Cauchy law, got |R0| = {abs(r0):.6g}."
+                f"{where}: need |R0| < 1 for a wrapped Cauchy law (in {dtype.name}), got "
+                f"|R0| = {abs(r0):.10g}."
             )
-    if dtype is None:
-        dtype = jnp.result_type(float)
-    cdtype = jnp.result_type(dtype, jnp.complex64)
     R0 = eqx.error_if(
         R0.astype(cdtype), ~(jnp.abs(R0) < 1), f"{where}: need finite R0 with |R0| < 1."
     )
