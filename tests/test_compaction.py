@@ -238,6 +238,11 @@ def test_compacted_members_equal_their_solo_runs(method, monkeypatch):
         )
         for slots in (2, 1)
     }
+    if method == "particles":
+        # One slot in one segment (the CPU default): the whole state saved in the loop at
+        # every save time and split after the solve (`_whole_particle_saves`).
+        runs[1] = sweep(SWEEP_A, SWEEP_V, 1.0, seeds, strategy="compact", slots=1, **kw)
+        assert runs[1].plan["segment_steps"] == [256]
     for slots, comp in runs.items():
         assert comp.plan["strategy"] == "compact"
         assert comp.plan["slots_per_device"] == [slots]
@@ -265,6 +270,29 @@ def test_compacted_members_equal_their_solo_runs(method, monkeypatch):
             np.testing.assert_allclose(
                 comp.evidence[k][i], solo.evidence[k][0], rtol=0, atol=1e-12, equal_nan=True
             )
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_whole_particle_saves_equal_the_two_save_grids(getkey, d, monkeypatch):
+    # A one-slot particle member saves its whole state at every save time and takes the
+    # moment series and late tokens from it after the solve; with the buffer limit at 0 it
+    # saves them on two grids in the loop instead. Same steps, regimes and evidence, R₂
+    # to rounding.
+    from jaxattn.dynamics import _sweep as sw
+    from jaxattn.dynamics._sweep import sweep
+
+    A = jax.random.normal(getkey(), (4, d, d))
+    V = jax.random.normal(getkey(), (4, d, d))
+    kw = dict(SWEEP_KW, method="particles", progress=False, strategy="compact", slots=1)
+    whole = sweep(A, V, 1.0, np.arange(4), **kw)
+    monkeypatch.setattr(sw, "WHOLE_SAVE_BYTES", 0)
+    grids = sweep(A, V, 1.0, np.arange(4), **kw)
+    for k in ("regime", "result", "num_steps"):
+        np.testing.assert_array_equal(getattr(whole, k), getattr(grids, k), err_msg=k)
+    np.testing.assert_allclose(whole.R2, grids.R2, rtol=0, atol=1e-13, equal_nan=True)
+    np.testing.assert_allclose(whole.order, grids.order, rtol=0, atol=1e-13)
+    for k, v in whole.evidence.items():
+        np.testing.assert_allclose(v, grids.evidence[k], rtol=1e-12, atol=1e-13, err_msg=k)
 
 
 def test_a_members_result_does_not_depend_on_the_members_beside_it():

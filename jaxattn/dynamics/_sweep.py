@@ -609,6 +609,14 @@ SWEEP_SOLVER = diffrax.Tsit5(scan_kind="lax")
 # same steps, R₂ and regimes (a save can differ by an ulp: the same interpolation, compiled
 # differently). Particle members save through their save functions, in the loop.
 DENSE_SAVES = True
+# A particle member solved on its own (a pool of one slot, the CPU default) saves its whole
+# state at every save time when that buffer holds at most this many bytes, and its moment
+# series and late tokens are taken from it after the solve (`_split_particle_saves`): one
+# loop over the save times instead of two (the moment at every save, the tokens from
+# `_late_start` on), and no moment inside it. Measured on one core, 512 random pairs,
+# n = 256 (800 KiB): see docs/how-to/sweep-gpu.md. A pool of several slots (under `vmap`,
+# whose loops select over the whole save buffer) keeps the two grids.
+WHOLE_SAVE_BYTES = 8 * 2**20
 
 
 class Runner(eqx.Module):
@@ -1067,14 +1075,36 @@ def _rows(mask, new, old):
     )
 
 
-def _save_plan(cfg: _Config, ts, post):
+def _whole_particle_saves(cfg: _Config, slots: int, dtype) -> bool:
+    """Whether a compact particle sweep saves every member's whole state at every save
+    time (`WHOLE_SAVE_BYTES`): with one slot, when the buffer is small enough."""
+    size = cfg.num_save * cfg.n * cfg.d * jnp.dtype(dtype).itemsize
+    return cfg.method == "particles" and slots == 1 and size <= WHOLE_SAVE_BYTES
+
+
+def _split_particle_saves(cfg: _Config, token_major: bool):
+    """`ys ↦ (moments, late)`: the whole states saved at every save time (`ys`, leading
+    axis the saves) turned into what `_save_plan`'s two grids save: `_direction_moments`
+    at every save and the states from `_late_start` on (unreached saves, inf, give
+    non-finite moments, read as NaN by `_member_finish` as before)."""
+    late = _late_start(cfg.num_save, cfg.window, cfg.d)
+    moments = jax.vmap(functools.partial(_direction_moments, token_major=token_major))
+
+    def split(ys):
+        return moments(ys), ys[late:]
+
+    return split
+
+
+def _save_plan(cfg: _Config, ts, post, whole: bool = False):
     """Save grids and functions of the compact path: OA and WS save their (2–3 real)
     states at every save time (`fns = None`; interpolated from each segment's dense
     output, `DENSE_SAVES`); particles save the moment series at every save time and the
     tokens only from `_late_start` on, which is all their judge reads (saving every token
     cost more than the steps: a vmapped diffrax loop selects over its whole save buffer at
-    every save)."""
-    if cfg.method != "particles":
+    every save), or with `whole` (`_whole_particle_saves`) their state at every save time,
+    split after the solve (`_split_particle_saves`)."""
+    if cfg.method != "particles" or whole:
         return ts, None
     checks = post[0]
     late = _late_start(cfg.num_save, cfg.window, cfg.d)
@@ -1102,7 +1132,7 @@ def _blocked_vmap(fn, block, *args):
     return eqx.combine(jax.lax.map(one, dyn, batch_size=block), out_static[0])
 
 
-def _one_slot(advance_one, p_dyn, starts, live, rows):
+def _one_slot(advance_one, p_dyn, starts, live, rows, split=None):
     """The finished states of `_compact_local` with one slot, and the solver-loop
     iterations: each member solved on its own, one after the other (`lax.map`), by the
     same `advance_one` segments as a pool of one slot (bitwise the same results). The pool
@@ -1114,7 +1144,12 @@ def _one_slot(advance_one, p_dyn, starts, live, rows):
     def solve(args):
         d, st, lv = args
         st = eqx.tree_at(lambda s: (s.ys, s.done), st, (rows, st.done | ~lv))
-        return jax.lax.while_loop(lambda s: ~s.done, lambda s: advance_one(d, s), st)
+        st = jax.lax.while_loop(lambda s: ~s.done, lambda s: advance_one(d, s), st)
+        if split is None:
+            return st
+        # The whole saves become what the judge reads before they leave the member.
+        ys = split(st.ys)
+        return eqx.tree_at(lambda s: (s.ys, s.num_saved), st, (ys, (st.num_saved,) * len(ys)))
 
     finished = jax.lax.map(solve, (p_dyn, starts, live))
     return finished, jnp.sum(jnp.where(live, finished.num_steps, 0))
@@ -1194,7 +1229,8 @@ def _compact_local(
     def problem_of(d):
         return eqx.combine(d, p_static)
 
-    grids, fns = _save_plan(cfg, ts, post)
+    whole = _whole_particle_saves(cfg, slots, dtype)
+    grids, fns = _save_plan(cfg, ts, post, whole)
     sizes = cfg.num_save if fns is None else tuple(g.shape[0] for g in grids)
     # The queue's start states hold one save row (the pool and the finished states hold
     # all saves): only the pool carries the saves of members in progress.
@@ -1226,9 +1262,17 @@ def _compact_local(
         return eqx.filter(st, eqx.is_array)
 
     if slots == 1:
+        split = _split_particle_saves(cfg, post[0].token_major) if whole else None
         finished, iterations = _one_slot(
-            advance_one, p_dyn, starts, live, jax.tree.map(lambda y: y[0], inf_rows(1))
+            advance_one, p_dyn, starts, live, jax.tree.map(lambda y: y[0], inf_rows(1)), split
         )
+        if whole:  # the finished saves are the two grids' (`_split_particle_saves`)
+            s_static = eqx.tree_at(
+                lambda s: (s.ys, s.num_saved),
+                s_static,
+                ((None, None), (None, None)),
+                is_leaf=lambda x: x is None,
+            )
     else:
         finished, iterations = _pool(advance_one, p_dyn, starts, live, inf_rows, slots, m)
     out = _blocked_vmap(
