@@ -505,3 +505,18 @@ def test_a_binary_manifest_is_named_in_one_short_line(tmp_path):
     with pytest.raises(ValueError, match=r"manifest.json is damaged .*not UTF-8 text") as e:
         SweepResult.load(tmp_path)
     assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("n", ["16", "abc", b"16", 16.5, True])
+def test_a_token_count_that_is_not_an_integer_is_refused_by_name(n):
+    # A string was read as a number ("16" ran as 16 tokens; "abc" failed in float()).
+    from jaxattn.dynamics import attention_members
+
+    with pytest.raises(ValueError, match=r"n must be an integer number of tokens"):
+        attention_members(np.eye(2)[None], np.eye(2)[None], 1.0, seeds=[0], n=n)
+
+
+@pytest.mark.parametrize("value", ["4", b"4"])
+def test_counts_given_as_strings_are_refused(value):
+    with pytest.raises(ValueError, match="chunk_size must be an integer >= 1"):
+        sw.Runner(chunk_size=value)

@@ -235,7 +235,7 @@ def _member_dtype(where: str, dtype) -> np.dtype:
 
 
 def _count(where, name, value, lo=1):
-    if isinstance(value, bool) or not float(value).is_integer() or int(value) < lo:
+    if isinstance(value, (bool, str, bytes)) or not float(value).is_integer() or int(value) < lo:
         raise ValueError(f"{where}: {name} must be an integer >= {lo}, got {value!r}.")
     return int(value)
 
@@ -332,7 +332,7 @@ class Members(eqx.Module):
                 f"{where}: init='uniform' has R₂(0) ≈ 0, a fixed point of the Ott–Antonsen "
                 "ODE; use 'wrapped_cauchy' or 'disc'."
             )
-        if isinstance(n, bool) or not float(n).is_integer():
+        if isinstance(n, (bool, str, bytes)) or not float(n).is_integer():
             raise ValueError(f"sweep: n must be an integer number of tokens, got n={n!r}.")
         if int(n) < 1:
             raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
