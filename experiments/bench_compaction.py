@@ -32,8 +32,15 @@ token-major state, no projection, sweep or judge) with 2 and with the default 20
 times. It prints the per-member time the goals allow (10x the scipy loop for particles,
 1/3 of the Ott–Antonsen sweep for WS) against these parts.
 
+`--xla-loops fast` (the default) runs with XLA's small while loops compiled whole
+(`jaxattn.prefer_fast_cpu_loops`, as the `jaxattn` command and the test suite run),
+`--xla-loops default` with XLA's default CPU runtime (what a script that does not ask for
+it gets). `--loops` also runs the same benchmark in a child process with the other setting
+(same members, its own scipy loop) and prints both side by side with the ratio, and whether
+the two give the same regimes, steps and R2.
+
 Run: `python experiments/bench_compaction.py [--quick] [--pairs 512] [--scan] [--layout] [--saves]
-[--budget] [--repeat 3] [--methods particles ...]`. Each sweep configuration is timed
+[--budget] [--repeat 3] [--methods particles ...] [--xla-loops fast|default] [--loops]`. Each sweep configuration is timed
 `--repeat` times (default 3; the repeats go round all configurations) and the fastest
 run is reported. The scipy loop is timed `--repeat` times before and as many after the
 sweeps, and its fastest run is used too (the range is printed).
@@ -42,6 +49,9 @@ sweeps, and its fastest run is used too (the range is printed).
 import argparse
 import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import jax
@@ -53,6 +63,7 @@ import numpy as np  # noqa: E402
 # The scipy baseline is bench_sweep's, so both benchmarks time the same loop.
 from bench_sweep import _scipy_member  # noqa: E402
 
+from jaxattn._xla_flags import SMALL_LOOP_OPTION, prefer_fast_cpu_loops  # noqa: E402
 from jaxattn.dynamics import _sweep as sw  # noqa: E402
 from jaxattn.dynamics import sample_wrapped_cauchy  # noqa: E402
 from jaxattn.dynamics._sweep import Integration, Runner, attention_members, sweep  # noqa: E402
@@ -205,6 +216,30 @@ def _budget(A, V, x0, *, methods, n, t1, compact, scipy_rate, oa_rate):
     return dict(rows=lines, bare_floor={str(k): v for k, v in floor.items()})
 
 
+def _side_by_side(runs):
+    """Members/s with XLA's small while loops compiled whole ("fast") and with its default
+    CPU runtime, the ratio, and whether both gave the same regimes, steps and R2."""
+    fast = {r["name"]: r for r in runs["fast"]}
+    default = {r["name"]: r for r in runs["default"]}
+    print("\nXLA small while loops compiled whole (fast) against XLA's default CPU runtime")
+    print(f"{'configuration':62s} {'default':>9s} {'fast':>9s} {'ratio':>6s}  same results")
+    for name, f in fast.items():
+        d = default.get(name)
+        if d is None:
+            continue
+        same = ""
+        if "regimes" in f:
+            dR2 = np.nanmax(np.abs(np.asarray(f["R2"]) - np.asarray(d["R2"])))
+            same = (
+                f"regimes {f['regimes'] == d['regimes']}, steps {f['steps'] == d['steps']}, "
+                f"max |dR2| {dR2:.1e}"
+            )
+        print(
+            f"{name[:62]:62s} {d['members_per_s']:9.1f} {f['members_per_s']:9.1f} "
+            f"{f['members_per_s'] / d['members_per_s']:6.2f}  {same}"
+        )
+
+
 def main(
     *,
     quick=False,
@@ -232,6 +267,8 @@ def main(
                 mean_steps=float(res.num_steps.mean()),
                 max_steps=int(res.num_steps.max()),
                 regimes=res.regime.tolist(),
+                steps=res.num_steps.tolist(),
+                R2=[[z.real, z.imag] for z in np.asarray(res.R2).ravel().tolist()],
             )
         rows.append(row)
         print(f"  {name}: {row['members_per_s']:.1f} members/s", flush=True)
@@ -376,8 +413,9 @@ def main(
             scipy_rate=scipy_rate,
             oa_rate={ts: r["members_per_s"] for ts, r in oa.items()},
         )
+    print(f"\nXLA_FLAGS: {os.environ.get('XLA_FLAGS', '')!r}")
     print(
-        f"\nload average {os.getloadavg()}, {os.cpu_count()} cores, "
+        f"load average {os.getloadavg()}, {os.cpu_count()} cores, "
         f"{pairs} pairs, d = 2, n = {n}, t1 = {t1}, float64, sweeps: best of {REPEAT} timed runs"
     )
     print("× scipy: against the scipy loop in the same time scale")
@@ -407,6 +445,7 @@ def main(
                 t1=t1,
                 repeat=REPEAT,
                 scipy_seconds=scipy_seconds,
+                xla_flags=os.environ.get("XLA_FLAGS", ""),
             ),
             f,
             indent=1,
@@ -428,6 +467,19 @@ if __name__ == "__main__":
         help="timed runs of each sweep configuration; the fastest is reported (default 3: "
         "one run swung by +-5 %% on a shared machine)",
     )
+    p.add_argument(
+        "--xla-loops",
+        choices=["fast", "default"],
+        default="fast",
+        help="fast: XLA's small while loops compiled whole (jaxattn.prefer_fast_cpu_loops, "
+        "as the jaxattn command runs); default: XLA's default CPU runtime",
+    )
+    p.add_argument(
+        "--loops",
+        action="store_true",
+        help="also run the benchmark with the other --xla-loops setting in a child process "
+        "and print both side by side",
+    )
     p.add_argument("--pairs", type=int, default=512)
     p.add_argument("--n", type=int, default=256)
     p.add_argument("--out", default="bench_out")
@@ -441,7 +493,26 @@ if __name__ == "__main__":
     if a.repeat < 1:
         p.error(f"--repeat must be at least 1, got {a.repeat}")
     REPEAT = a.repeat
-    main(
+    if a.xla_loops == "fast" and not prefer_fast_cpu_loops():
+        print(f"note: XLA_FLAGS kept as it is: {os.environ.get('XLA_FLAGS', '')!r}")
+    if a.loops:
+        other = "default" if a.xla_loops == "fast" else "fast"
+        child_out = tempfile.mkdtemp(prefix="bench_compaction_")
+        argv = [a for a in sys.argv[1:] if a != "--loops"]
+        # The child starts JAX afresh (XLA reads its flags once); without this process's
+        # option in its environment.
+        env = dict(
+            os.environ,
+            XLA_FLAGS=os.environ.get("XLA_FLAGS", "").replace(SMALL_LOOP_OPTION, "").strip(),
+        )
+        print(f"== child process: --xla-loops {other}", flush=True)
+        subprocess.run(
+            [sys.executable, __file__, *argv, "--xla-loops", other, "--out", child_out],
+            check=True,
+            env=env,
+        )
+        print(f"\n== this process: --xla-loops {a.xla_loops}", flush=True)
+    rows = main(
         quick=a.quick,
         pairs=a.pairs,
         n=a.n,
@@ -452,3 +523,7 @@ if __name__ == "__main__":
         out_dir=a.out,
         methods=tuple(a.methods),
     )
+    if a.loops:
+        with open(os.path.join(child_out, "bench_compaction.json")) as f:
+            child = json.load(f)
+        _side_by_side({a.xla_loops: rows, other: child["rows"]})

@@ -7,12 +7,14 @@
 - `jaxattn.sphere`: geometry of S^{d-1}.
 
 Importing jaxattn changes no global JAX setting (float64 is the caller's choice:
-`jax.config.update("jax_enable_x64", True)`; faster CPU compiles too:
-`jaxattn.prefer_fast_cpu_compiles()` before anything runs).
+`jax.config.update("jax_enable_x64", True)`; faster CPU compiles and solver loops too:
+`jaxattn.prefer_fast_cpu_compiles()` and `jaxattn.prefer_fast_cpu_loops()` before anything
+runs).
 """
 
 from . import dynamics as dynamics
 from . import sphere as sphere
 from ._xla_flags import prefer_fast_cpu_compiles as prefer_fast_cpu_compiles
+from ._xla_flags import prefer_fast_cpu_loops as prefer_fast_cpu_loops
 
 __version__ = "0.1.0"

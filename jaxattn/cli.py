@@ -53,10 +53,12 @@ def main(argv=None) -> int:
 
 def run() -> int:
     """The `jaxattn` program: XLA's elemental CPU emitters (faster compiles, see
-    `prefer_fast_cpu_compiles`; an `XLA_FLAGS` naming the flag wins), then `main`."""
-    from ._xla_flags import prefer_fast_cpu_compiles
+    `prefer_fast_cpu_compiles`) and small while loops compiled whole (faster solver loops,
+    see `prefer_fast_cpu_loops`), then `main`. An `XLA_FLAGS` naming either setting wins."""
+    from ._xla_flags import prefer_fast_cpu_compiles, prefer_fast_cpu_loops
 
     prefer_fast_cpu_compiles()
+    prefer_fast_cpu_loops()
     return main()
 
 
