@@ -1,4 +1,5 @@
-"""`prefer_fast_cpu_loops`: XLA's small while loops compiled whole. The option is added once,
+"""XLA CPU settings. `prefer_fast_cpu_compiles` (elemental emitters) and
+`prefer_fast_cpu_loops`: XLA's small while loops compiled whole. The option is added once,
 a user's own setting is kept, a jaxlib that does not know it is left alone, and it changes
 no result (a sweep and `simulate` in a process without it give the same numbers)."""
 
@@ -13,6 +14,19 @@ import pytest
 import jaxattn
 import jaxattn._xla_flags as xf
 from jaxattn._xla_flags import SMALL_LOOP_OPTION
+
+
+def _before_and_after_start(name):
+    """In a fresh process with no XLA_FLAGS: `jaxattn.<name>()` and the XLA_FLAGS it leaves,
+    a JAX computation, then the same call again (JAX has started: nothing is added)."""
+    code = (
+        "import os, jax.numpy as jnp, jaxattn; os.environ.pop('XLA_FLAGS', None); "
+        f"print(jaxattn.{name}(), os.environ.get('XLA_FLAGS')); "
+        "print(float(jnp.ones(3).sum())); os.environ.pop('XLA_FLAGS'); "
+        f"print(jaxattn.{name}(), os.environ.get('XLA_FLAGS'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 def test_the_option_is_xlas_small_while_loop_threshold_of_16_mib():
@@ -61,14 +75,13 @@ def test_prefer_fast_cpu_loops_adds_the_option_once_and_keeps_a_users_choice():
     with pytest.raises(TypeError, match=r"environ\['XLA_FLAGS'\] must be a string, got int"):
         jaxattn.prefer_fast_cpu_loops({"XLA_FLAGS": 3})
     # This process's environment: appended in a fresh process, untouched once JAX has started.
-    code = (
-        "import os, jax.numpy as jnp, jaxattn; os.environ.pop('XLA_FLAGS', None); "
-        "print(jaxattn.prefer_fast_cpu_loops(), os.environ.get('XLA_FLAGS')); "
-        "print(float(jnp.ones(3).sum())); os.environ.pop('XLA_FLAGS'); "
-        "print(jaxattn.prefer_fast_cpu_loops(), os.environ.get('XLA_FLAGS'))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["True", SMALL_LOOP_OPTION, "3.0", "False", "None"]
+    assert _before_and_after_start("prefer_fast_cpu_loops") == [
+        "True",
+        SMALL_LOOP_OPTION,
+        "3.0",
+        "False",
+        "None",
+    ]
     # The test suite runs with it (conftest), as the `jaxattn` command does.
     assert SMALL_LOOP_OPTION in os.environ.get("XLA_FLAGS", "")
 
@@ -124,3 +137,69 @@ def test_small_loops_compiled_whole_change_no_result(tmp_path):
     assert a["steps"].min() > 10  # the members stepped: the loops ran
     np.testing.assert_allclose(b["R2"], a["R2"], rtol=0, atol=1e-13)
     np.testing.assert_allclose(b["xs"], a["xs"], rtol=0, atol=1e-13)
+
+
+def test_prefer_fast_cpu_compiles_adds_the_flag_once_and_keeps_a_users_choice():
+    import jax.numpy as jnp
+
+    from jaxattn import prefer_fast_cpu_compiles
+    from jaxattn._xla_flags import ELEMENTAL_CPU_EMITTERS, _knows_elemental_flag
+
+    if not _knows_elemental_flag():
+        pytest.skip("this jaxlib has no elemental CPU emitters (the next test covers it)")
+    jnp.zeros(1).block_until_ready()  # this process's backends have started
+    # A mapping other than this process's environment (e.g. a subprocess's) is still edited.
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert prefer_fast_cpu_compiles(env) and not prefer_fast_cpu_compiles(env)
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 " + ELEMENTAL_CPU_EMITTERS
+    for kept in (
+        "--xla_cpu_use_fusion_emitters=true --xla_cpu_enable_fast_math=false",
+        "--a=1\t--xla_cpu_use_fusion_emitters\t",
+        " /tmp/xla_flags.txt",  # a flags file: appending would make XLA open another name
+    ):
+        user = {"XLA_FLAGS": kept}
+        assert not prefer_fast_cpu_compiles(user) and user["XLA_FLAGS"] == kept
+    # A look-alike name is not the flag.
+    other = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters_x=1"}
+    assert prefer_fast_cpu_compiles(other) and other["XLA_FLAGS"].endswith(ELEMENTAL_CPU_EMITTERS)
+    with pytest.raises(TypeError, match="mutable mapping"):
+        prefer_fast_cpu_compiles(["XLA_FLAGS"])
+    with pytest.raises(TypeError, match=r"environ\['XLA_FLAGS'\] must be a string"):
+        prefer_fast_cpu_compiles({"XLA_FLAGS": None})
+    # This process's environment: appended in a fresh process, untouched once JAX has started.
+    assert _before_and_after_start("prefer_fast_cpu_compiles") == [
+        "True",
+        ELEMENTAL_CPU_EMITTERS,
+        "3.0",
+        "False",
+        "None",
+    ]
+    # The test suite runs with it (conftest), as the `jaxattn` command does.
+    assert "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "")
+
+
+def test_prefer_fast_cpu_compiles_leaves_a_jaxlib_without_the_flag_alone(monkeypatch):
+    # XLA aborts the process on a flag it does not know (jaxlib 0.11.2: "Unknown flag in
+    # XLA_FLAGS"); the elemental emitters and their flag are gone from jaxlib 0.11.1 on.
+    import jaxattn._xla_flags as xf
+
+    assert [
+        xf._knows_elemental_flag(v)
+        for v in (
+            "0.7.2",
+            "0.10.2",
+            "0.11.0",
+            "0.11.1",
+            "0.11.2",
+            "0.12.0",
+            "1.0.0",
+            "0.11.1.dev20260901",
+            "0.10.2rc1",
+            "unknown",
+            "",
+        )
+    ] == [True, True, True, False, False, False, False, False, True, False, False]
+    monkeypatch.setattr(xf, "_knows_elemental_flag", lambda version=None: False)
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    assert not xf.prefer_fast_cpu_compiles(env)
+    assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
