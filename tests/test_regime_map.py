@@ -231,8 +231,26 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     for f in ("regime_map.json", "regime_map.npz"):
         (bad / f).write_bytes((out / f).read_bytes())
     (bad / "regime_map.npz").write_bytes(b"not an npz")
-    with pytest.raises(ValueError, match="regime_map.npz is damaged"):
+    with pytest.raises(ValueError, match="regime_map.npz is damaged") as e:
         RegimeMap.load(bad)
+    # Named for what it is, not as NumPy's "pickled data" (whose advice is to unpickle).
+    assert "not a NumPy .npz archive" in str(e.value) and "pickle" not in str(e.value)
+    # A valid archive cut or edited after it was written is refused too: the per-cell
+    # summaries must be those of the saved regimes, on the saved grid.
+    with np.load(out / "regime_map.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    edits = {
+        "fractions has shape": dict(fractions=arrays["fractions"][..., :1]),
+        "regime has shape": dict(regime=arrays["regime"][:1]),
+        "dominant does not follow": dict(dominant=(arrays["dominant"] + 1) % 3),
+        "fractions does not follow": dict(fractions=arrays["fractions"] + 0.25),
+    }
+    for message, edit in edits.items():
+        np.savez(bad / "regime_map.npz", **{**arrays, **edit})
+        with pytest.raises(ValueError, match=f"regime_map.npz is damaged .*{message}"):
+            RegimeMap.load(bad)
+    np.savez(bad / "regime_map.npz", **arrays)  # the saved arrays themselves load
+    np.testing.assert_array_equal(RegimeMap.load(bad).fractions, arrays["fractions"])
     meta = json.loads((out / "regime_map.json").read_text())
     meta["regime_names"] = ["clustering", "other"]
     (bad / "regime_map.json").write_text(json.dumps(meta))
@@ -308,6 +326,7 @@ def test_auto_chunks_report_lockstep_efficiency():
         t1=30.0,
         num_save=61,
         time_scale="physical",
+        strategy="lockstep",  # auto chunks are lockstep's (OA members compact on CPU)
         progress=False,
     )
     plan = res.plan
@@ -325,6 +344,7 @@ def test_auto_chunks_report_lockstep_efficiency():
         t1=30.0,
         num_save=61,
         time_scale="physical",
+        strategy="lockstep",
         chunk_size=None,
         progress=False,
     )

@@ -23,6 +23,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._npz import load_npz
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
@@ -422,12 +423,10 @@ class RegimeMap:
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
         try:
-            with np.load(npath, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            arrays = load_npz(npath)
             axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
             cells = tuple(len(v) for _, v in axes)
-            if arrays["dominant"].shape != cells:
-                raise ValueError(f"dominant has shape {arrays['dominant'].shape}, not {cells}")
+            _check_map_arrays(arrays, cells, int(meta["inits"]))
         except Exception as err:
             raise ValueError(
                 f"RegimeMap.load: {npath} is damaged ({type(err).__name__}: {err})."
@@ -460,6 +459,24 @@ class RegimeMap:
             seconds=float(meta.get("seconds", 0.0)),
             sweep=sw,
         )
+
+
+def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
+    """Raise `ValueError` unless the arrays of a saved map fit its grid (`cells`) and
+    inits, and the per-cell summaries are those of its regimes (`basin_fractions`): a file
+    cut or edited after it was written is refused, not shown."""
+    for name, shape in (("regime", cells + (inits,)), ("failed", cells + (inits,))):
+        if arrays[name].shape != shape:
+            raise ValueError(f"{name} has shape {arrays[name].shape}, not {shape}")
+    derived = basin_fractions(arrays["regime"])
+    for name, want in zip(("fractions", "failed_fraction", "dominant", "multistable"), derived):
+        got = arrays[name]
+        if got.shape != want.shape:
+            raise ValueError(f"{name} has shape {got.shape}, not {want.shape}")
+        if not np.allclose(got, want, rtol=0, atol=1e-12):
+            raise ValueError(f"{name} does not follow from the saved regimes (altered)")
+    if "predicted" in arrays and arrays["predicted"].shape != cells:
+        raise ValueError(f"predicted has shape {arrays['predicted'].shape}, not {cells}")
 
 
 def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

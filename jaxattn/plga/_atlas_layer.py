@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._npz import load_npz
 from ._attention import PowerLawGraphAttention
 from ._operator_flow import TrainedOperator, operator_of_attention
 
@@ -218,8 +219,7 @@ def load_atlas_layer(path: str | os.PathLike | None = None, *, dtype=None) -> Tr
     if not path.is_file():
         raise FileNotFoundError(f"trained PLGA layer {path}: no such file")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: np.asarray(z[k]) for k in z.files}
+        arrays = load_npz(path)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as err:
         _fail(path, f"not a readable .npz ({type(err).__name__}: {str(err).splitlines()[0]})")
     try:

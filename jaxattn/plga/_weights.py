@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._npz import load_npz
 from ._model import PLDRLLM, PLDRLLMConfig
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(PLDRLLMConfig))
@@ -134,8 +135,7 @@ def _read(source) -> tuple[dict[str, np.ndarray], dict]:
                 hints.update(json.loads(meta[_METADATA_KEY]))
         elif path.endswith(".npz"):
             try:
-                with np.load(path, allow_pickle=False) as f:
-                    raw = {k: f[k] for k in f.files}
+                raw = load_npz(path)
             except Exception as err:
                 raise ValueError(
                     f"{path!r} is not a readable npz file (pickle is never used): {err}"

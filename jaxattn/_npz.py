@@ -1,0 +1,69 @@
+"""Reading NumPy files (`.npz` archives, `.npy` arrays) that jaxattn wrote or a user brings.
+
+Nothing is ever unpickled (`allow_pickle=False` throughout). A file that is neither a zip
+archive nor a `.npy` array, such as a damaged or truncated download or a text file under
+the wrong name, is refused from its first bytes with a message that says so: NumPy itself
+would read such bytes as a pickle and answer that the file "contains pickled (object)
+data", suggesting `allow_pickle=True`, which is the wrong advice for a damaged file.
+"""
+
+import io
+import os
+
+import numpy as np
+
+ZIP_MAGIC = b"PK\x03\x04"  # a zip archive's first local file header (`.npz`)
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"  # an archive with no member (`np.savez` of nothing)
+NPY_MAGIC = b"\x93NUMPY"  # the `.npy` format's magic string
+
+
+def check_numpy_bytes(head: bytes, *, npy: bool = False) -> None:
+    """Raise unless `head` (a file's first bytes, at least 6 of them when there are) starts
+    a `.npz` archive, or with `npy=True` also a `.npy` array.
+
+    **Raises:** `ValueError` naming what the bytes are not (the caller prefixes the file).
+    """
+    if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)) or (npy and head.startswith(NPY_MAGIC)):
+        return
+    kinds = "a NumPy .npz archive or .npy array" if npy else "a NumPy .npz archive"
+    if not head:
+        raise ValueError(f"the file is empty, not {kinds}")
+    raise ValueError(
+        f"not {kinds}: it begins with {head[:8]!r} (an .npz is a zip archive, beginning "
+        f"with {ZIP_MAGIC!r}); the file is damaged or of another kind"
+    )
+
+
+def load_npz_bytes(data: bytes) -> dict[str, np.ndarray]:
+    """Every array of the `.npz` archive held in `data`, read (zip CRCs checked).
+
+    **Raises:** `ValueError` when `data` is not an `.npz` archive (`check_numpy_bytes`),
+    and NumPy's or `zipfile`'s errors for an archive damaged inside.
+    """
+    check_numpy_bytes(data[:8])
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every array of the `.npz` archive at `path` (read whole, then closed).
+
+    **Raises:** `OSError` when it cannot be opened, the errors of `load_npz_bytes` else.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    return load_npz_bytes(data)
+
+
+def load_numpy_file(path: str | os.PathLike) -> np.ndarray | dict[str, np.ndarray]:
+    """The array of a `.npy` file or the arrays of an `.npz` archive at `path`, told by
+    content (not by the file's name).
+
+    **Raises:** as `load_npz`, naming both formats.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    check_numpy_bytes(data[:8], npy=True)
+    if data.startswith(NPY_MAGIC):
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    return load_npz_bytes(data)

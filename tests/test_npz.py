@@ -1,0 +1,80 @@
+"""Reading NumPy files without ever unpickling: `.npz` / `.npy` told from their first bytes,
+a damaged or foreign file named as such (not as NumPy's "pickled data")."""
+
+import pickle
+import zipfile
+
+import numpy as np
+import pytest
+
+from jaxattn._npz import check_numpy_bytes, load_npz, load_npz_bytes, load_numpy_file
+
+
+class _Unpickled:
+    """Unpickling this creates the file `marker`: proof that a file was unpickled."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_archives_and_arrays_round_trip(tmp_path):
+    a, b = np.arange(6.0).reshape(2, 3), np.array([True, False])
+    np.savez(tmp_path / "x.npz", a=a, b=b)
+    np.savez_compressed(tmp_path / "y.npz", a=a)
+    np.savez(tmp_path / "empty.npz")
+    np.save(tmp_path / "z.npy", a)
+    got = load_npz(tmp_path / "x.npz")
+    assert sorted(got) == ["a", "b"]
+    np.testing.assert_array_equal(got["a"], a)
+    np.testing.assert_array_equal(got["b"], b)
+    np.testing.assert_array_equal(load_npz(tmp_path / "y.npz")["a"], a)
+    assert load_npz(tmp_path / "empty.npz") == {}
+    np.testing.assert_array_equal(load_numpy_file(tmp_path / "z.npy"), a)
+    np.testing.assert_array_equal(load_numpy_file(tmp_path / "x.npz")["b"], b)
+    # An .npy is not an .npz archive.
+    with pytest.raises(ValueError, match="not a NumPy .npz archive"):
+        load_npz(tmp_path / "z.npy")
+
+
+def test_damaged_and_foreign_files_are_named_not_unpickled(tmp_path):
+    marker = tmp_path / "unpickled"
+    cases = {
+        "garbage": b"garbage",
+        "pickle": pickle.dumps(_Unpickled(marker)),
+        "text": b"a,b\n1,2\n",
+    }
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.npz"
+        path.write_bytes(data)
+        for load in (load_npz, load_numpy_file):
+            with pytest.raises(ValueError, match=r"not a NumPy .npz archive.* damaged or of") as e:
+                load(path)
+            assert "allow_pickle" not in str(e.value), name
+    assert not marker.exists()
+    (tmp_path / "empty.npz").write_bytes(b"")
+    with pytest.raises(ValueError, match="the file is empty"):
+        load_npz(tmp_path / "empty.npz")
+    # A zip archive cut short is still refused (by zipfile or NumPy), never unpickled.
+    np.savez(tmp_path / "whole.npz", a=np.arange(100.0))
+    cut = (tmp_path / "whole.npz").read_bytes()[:60]
+    with pytest.raises((zipfile.BadZipFile, ValueError, EOFError)):
+        load_npz_bytes(cut)
+    # An object array inside an archive is refused by NumPy (allow_pickle=False).
+    obj = np.empty(1, dtype=object)
+    obj[0] = _Unpickled(marker)
+    np.savez(tmp_path / "objects.npz", o=obj)
+    with pytest.raises(ValueError, match="allow_pickle"):
+        load_npz(tmp_path / "objects.npz")
+    assert not marker.exists()
+
+
+def test_check_numpy_bytes_names_what_it_expects():
+    check_numpy_bytes(b"PK\x03\x04rest")
+    check_numpy_bytes(b"\x93NUMPY\x01\x00", npy=True)
+    with pytest.raises(ValueError, match="not a NumPy .npz archive: it begins with"):
+        check_numpy_bytes(b"\x93NUMPY\x01\x00")
+    with pytest.raises(ValueError, match="not a NumPy .npz archive or .npy array"):
+        check_numpy_bytes(b"{}", npy=True)
