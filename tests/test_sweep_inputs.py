@@ -363,11 +363,23 @@ def test_a_damaged_chunk_leaves_no_open_file(written, tmp_path):
     assert any("skipping" in m and "chunk_00000.npz: it cannot be read" in m for m in messages)
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)], messages
     assert (~res.completed).sum() == 2
+    # A garbage chunk is named for what it is, not as NumPy's "pickled data".
+    path.write_bytes(b"garbage")
+    with pytest.warns(UserWarning, match=r"chunk_00000.npz: it cannot be read .*not a NumPy"):
+        SweepResult.load(folder)
+    # A chunk removed while its summary stays: its members not run, and said so.
+    path.unlink()
+    with pytest.warns(UserWarning, match=r"chunk_00000.npz is missing beside its summary"):
+        res = SweepResult.load(folder)
+    assert (~res.completed).sum() == 2 and res.completed.sum() == 2
 
 
 def test_a_strategy_change_is_refused_before_the_pilot(written, tmp_path, monkeypatch):
-    out, _ = written
+    out, res = written
     folder = _copy_of(out, tmp_path / "strategy")
+    # Ott–Antonsen members compact by default on CPU and run lockstep on an accelerator.
+    old = res.plan["strategy"]
+    new = {"compact": "lockstep", "lockstep": "compact"}[old]
 
     def no_pilot(*args, **kwargs):
         raise AssertionError("the pilot ran before the manifest was checked")
@@ -375,9 +387,9 @@ def test_a_strategy_change_is_refused_before_the_pilot(written, tmp_path, monkey
     monkeypatch.setattr(sw, "_predicted_cost", no_pilot)
     with pytest.raises(
         ValueError,
-        match=r"holds a different sweep \(strategy 'lockstep' -> 'compact'\)",
+        match=rf"holds a different sweep \(strategy '{old}' -> '{new}'\)",
     ):
-        sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, strategy="compact", group="pilot", **OA)
+        sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, strategy=new, group="pilot", **OA)
 
 
 # ------------------------------------------------------- float64 inputs, 64-bit floats off
@@ -520,3 +532,11 @@ def test_a_token_count_that_is_not_an_integer_is_refused_by_name(n):
 def test_counts_given_as_strings_are_refused(value):
     with pytest.raises(ValueError, match="chunk_size must be an integer >= 1"):
         sw.Runner(chunk_size=value)
+
+
+def test_one_token_is_warned_and_undetermined():
+    # As `classify_regime` warns for n = 1: one token is no cluster, its gap is zero.
+    with pytest.warns(UserWarning, match=r"sweep: n = 1 token is a degenerate configuration"):
+        res = sweep(A4[:2], V4[:2], 1.0, 0, n=1, t1=2.0, num_save=21, progress=False)
+    assert list(res.regime_names) == ["undetermined"] * 2
+    assert res.completed.all() and not res.failed.any()

@@ -36,7 +36,7 @@ save (O(n) in real arithmetic) and the tokens of the tail only. Both give the re
 evidence of `classify_tokens` of every token (tests: to 1e-12).
 
 Compaction (the default for particles and Watanabe–Strogatz members,
-`Runner(strategy="compact")`; Ott–Antonsen members run lockstep unless asked). A `vmap`
+`Runner(strategy="compact")`; Ott–Antonsen members too on CPU, lockstep on an accelerator). A `vmap`
 of an adaptive solve advances a batch in one `while_loop`: every member would pay for as
 many loop iterations as the slowest member of its batch (lockstep). Instead, each device
 prepares its members of a chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
@@ -106,6 +106,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .._npz import load_npz_bytes
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
 from ._ott_antonsen import (
@@ -578,9 +579,18 @@ class Judge(eqx.Module):
 # - Particles, 10^4 members, n = 1024: 1 259 -> 5 159 (1024 slots, one chunk; 4096 slots:
 #   3 019).
 # Same regimes and no failures in every configuration.
+# Ott–Antonsen members on CPU: a pool of 32 slots stepped 128 steps at a time, the "auto"
+# default there since 2026-12-06 (`experiments/bench_compaction.py` and a 32 x 16 grid of
+# smooth (A, V), 512 members each, n = 256, t1 = 50, float64, one pinned core, best of 3,
+# members/s lockstep -> pool: random pairs 3686 -> 10109 physical, 7155 -> 12241 natural;
+# the grid, whose members take alike steps (mean 86, max 111), 11818 -> 15184 physical,
+# 17758 -> 16610 natural; regimes equal everywhere). 1 slot ran 5309 / 7957 on the random
+# pairs, 16 slots with K = 32: 8687 / 12706, 64 slots 7114 / 15205, 256 slots 2633 / 8373
+# (the drain of a wide pool). On an accelerator OA stays lockstep in one chunk.
 SEGMENT_STEPS = 32
+CPU_SEGMENT_STEPS = {"particles": 32, "watanabe_strogatz": 32, "ott_antonsen": 128}
 ACCELERATOR_SLOTS = {"particles": 1024, "watanabe_strogatz": 4096, "ott_antonsen": 16384}
-CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 1}
+CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 32}
 CPU_CHUNK = 1024
 ACCELERATOR_CHUNK = 1 << 17
 # On the CPU a compacting pool prepares (initial states, Möbius constants) and classifies
@@ -624,19 +634,20 @@ class Runner(eqx.Module):
 
     **Arguments:**
 
-    - `strategy`: `"auto"` (default): `"compact"` for particles and Watanabe–Strogatz
-      members, `"lockstep"` for Ott–Antonsen members (2 real ODEs: the pool's bookkeeping
-      costs about what the lockstep waste costs; on the 512 pairs of
-      `experiments/bench_compaction.py`, one pinned core, compact against lockstep:
-      3582 vs 3571 members/s in physical time, 6060 vs 6721 in natural time, the
-      default; 2026-12-02). `"compact"`: each device steps a pool of `slots` members
-      `segment_steps` steps at a time and refills finished (or failed) members' slots
+    - `strategy`: `"auto"` (default): `"compact"` for every member on CPU (for
+      Ott–Antonsen members 1.7–2.7× the lockstep members/s on the 512 random pairs of
+      `experiments/bench_compaction.py`, and 0.94–1.28× on a grid of alike members;
+      2026-12-06, `CPU_SEGMENT_STEPS`); on an accelerator `"compact"` for particles and
+      Watanabe–Strogatz members and `"lockstep"` in one chunk for Ott–Antonsen members
+      (2 real ODEs: one H200 ran 287 655 members/s so, 259 629 compact). `"compact"`:
+      each device steps a pool of `slots` members `segment_steps` steps at a time and
+      refills finished (or failed) members' slots
       from its queue, so no member waits for another (module docstring); `"lockstep"`:
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
-      per device); `None` (default): on CPU 1 for particles and 16 for
-      Watanabe–Strogatz; on an accelerator 1024 for particles and 4096 for
+      per device); `None` (default): on CPU 1 for particles, 16 for Watanabe–Strogatz
+      and 32 for Ott–Antonsen members; on an accelerator 1024 for particles and 4096 for
       Watanabe–Strogatz (measured on one H200, n = 1024, float32: 4.1× and 8.2× the
       members/s of the earlier 128 slots in chunks of 1024), and 16384 for Ott–Antonsen
       members asked to compact (259 629 members/s; their lockstep default in one chunk
@@ -650,7 +661,10 @@ class Runner(eqx.Module):
       another, so its solve runs whole: measured on one core, 256 random pairs, d = 2,
       n = 256, particles, medians of three interleaved rounds: K = 32: 201, 64: 214,
       128: 236, 512: 242 members/s; each segment re-enters the solver and merges the
-      saves) and `SEGMENT_STEPS` (32) for a wider pool. Earlier measurements on CPU for
+      saves) and `SEGMENT_STEPS` (32) for a wider pool, except Ott–Antonsen members
+      on CPU: 128 (`CPU_SEGMENT_STEPS`; 32 slots, 512 random pairs, physical / natural
+      members/s: K = 32: 9225 / 13290, 64: 10019 / 15888, 128: 10109 / 12241; a grid of
+      alike members: 12254 / 12348, 12524 / 12329, 15184 / 16610). Earlier measurements on CPU for
       particles (128 random pairs, d = 2, n = 256, t1 = 50, float64,
       physical time, 2 cores under load ~7, when every token was saved; members/s,
       efficiency): lockstep 16.1, 0.41; slots 32/K 16: 13.3, 0.73; 16/16: 16.3, 0.88;
@@ -2166,11 +2180,14 @@ def _run(
             "strategy='compact' does not apply to them.",
             stacklevel=3,
         )
+    on_cpu = jax.devices()[0].platform == "cpu"
     if strategy == "auto":
         # Measured (experiments/bench_compaction.py, 512 pairs, one pinned core):
-        # compaction is 4.0-5.1× faster for particles and 1.1-1.6× for WS members; for
-        # the tiny OA members lockstep is 1.46× faster in natural time (0.83× physical).
-        strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
+        # compaction is 4.0-5.1× faster for particles and 1.1-1.6× for WS members, and on
+        # CPU 1.7-2.7× for OA members (`CPU_SEGMENT_STEPS`); on an accelerator OA members
+        # run lockstep in one chunk (`ACCELERATOR_SLOTS`).
+        lockstep = members.method == "ott_antonsen" and not on_cpu
+        strategy = "lockstep" if lockstep else "compact"
     compact = strategy == "compact" and not cfg.lyapunov
     if compact and ndev == 1 and runner.group == "auto":
         # One pool on one device: the order of its queue only shapes the short drain at
@@ -2193,6 +2210,14 @@ def _run(
     # sweep of other settings (those of the fingerprint that are known before the members
     # are ordered: a difference in any of them is a different fingerprint).
     _check_first_member(members, flow, cfg, dtype)
+    if members.method == "particles" and cfg.n == 1:
+        warnings.warn(
+            "sweep: n = 1 token is a degenerate configuration (one token is not a cluster; "
+            "its clustering gap is zero by definition); every member's regime is reported "
+            "as undetermined.",
+            UserWarning,
+            stacklevel=3,
+        )
     resumed = None  # the manifest of the folder this call resumes
     if runner.out_dir is not None and runner.resume:
         resumed = _read_manifest(runner.out_dir)
@@ -2213,7 +2238,6 @@ def _run(
     perm = np.argsort(cost, kind="stable") if group != "none" else np.arange(B)
 
     max_chunk = _memory_cap(budget, per_member, ndev)
-    on_cpu = jax.devices()[0].platform == "cpu"
     sizes = _chunk_plan(cost, perm, ndev, runner, max_chunk, on_cpu, compact)
     planned = sizes
     if resumed is not None:
@@ -2228,7 +2252,9 @@ def _run(
             stacklevel=3,
         )
     # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
-    asked = SEGMENT_STEPS if runner.segment_steps is None else runner.segment_steps
+    asked = runner.segment_steps
+    if asked is None:
+        asked = CPU_SEGMENT_STEPS[members.method] if on_cpu else SEGMENT_STEPS
     steps = math.gcd(asked, cfg.max_steps)
     if compact and runner.segment_steps is not None and steps < runner.segment_steps:
         warnings.warn(
@@ -2586,14 +2612,14 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
     try:
         with open(path, "rb") as f:
             data = f.read()
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if str(z["fingerprint"]) != fingerprint:
-                if strict:
-                    raise ValueError(f"{who}: {path} belongs to a different sweep.")
-                raise _Refused("it belongs to a different sweep")
-            if not np.array_equal(z["members"], members):
-                raise _Refused("it holds other members")
-            chunk = {k: z[k] for k in _FIELDS}  # reads every array: zip CRCs checked
+        z = load_npz_bytes(data)  # reads every array: zip CRCs checked
+        if str(z["fingerprint"]) != fingerprint:
+            if strict:
+                raise ValueError(f"{who}: {path} belongs to a different sweep.")
+            raise _Refused("it belongs to a different sweep")
+        if not np.array_equal(z["members"], members):
+            raise _Refused("it holds other members")
+        chunk = {k: z[k] for k in _FIELDS}
         if not all(v.shape[:1] == members.shape for v in chunk.values()):
             raise _Refused("its fields have the wrong length")
         if not os.path.exists(summary_path):
@@ -2649,10 +2675,10 @@ def _load_sweep(out_dir: str) -> SweepResult:
     try:
         with open(members_path, "rb") as f:  # read whole and closed, damaged or not
             data = f.read()
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            perm = z["perm"]
-            seeds = z["seeds"]
-            params = {k[6:]: z[k] for k in z.files if k.startswith("param:")}
+        z = load_npz_bytes(data)
+        perm = z["perm"]
+        seeds = z["seeds"]
+        params = {k[6:]: z[k] for k in z if k.startswith("param:")}
         if perm.shape != (B,) or seeds.shape != (B,):
             raise ValueError(f"{B} members expected")
     except Exception as err:
@@ -2668,6 +2694,15 @@ def _load_sweep(out_dir: str) -> SweepResult:
         idx = perm[start : start + cs]
         path = os.path.join(out_dir, f"chunk_{c:05d}.npz")
         if not os.path.exists(path):
+            if os.path.exists(path[:-4] + ".json"):
+                # Its summary is written first: the archive was removed, or its writing
+                # was interrupted. Either way its members were not kept.
+                warnings.warn(
+                    f"SweepResult.load: {path} is missing beside its summary "
+                    f"{path[:-4]}.json (removed, or its writing was interrupted); its {cs} "
+                    "members are reported not run.",
+                    stacklevel=3,
+                )
             continue
         found = _load_chunk(path, idx, fingerprint, strict=True)
         if found is None:
