@@ -8,6 +8,7 @@ environment a result was computed in."""
 import math
 import subprocess
 import sys
+import warnings
 
 import diffrax
 import jax
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxattn.dynamics import AttentionDynamics, simulate
+from jaxattn.dynamics import REGIMES, AttentionDynamics, classify_regime, simulate
 from jaxattn.dynamics._solve import (
     RESULTS,
     environment_record,
@@ -434,3 +435,19 @@ def test_watanabe_strogatz_names_a_complex_A_not_theta0():
         solve_watanabe_strogatz(np.eye(2) * 1j, np.eye(2), theta0, t1=1.0)
     with pytest.raises(ValueError, match=r"theta0 must hold real numbers"):
         solve_watanabe_strogatz(np.eye(2), np.eye(2), theta0 * 1j, t1=1.0)
+
+
+def test_classifying_a_failed_solve_warns_and_a_traced_one_stays_silent():
+    # A solve out of steps is classified from the saves it reached; said so (the evidence,
+    # such as a final order of 0.0, describes only those), with the solver's own message.
+    field = AttentionDynamics(jnp.array(ROT), jnp.eye(2))
+    short = simulate(field, _x0(), t1=10.0, num_save=21, max_steps=3, throw=False)
+    assert short.result == RESULTS.max_steps_reached
+    with pytest.warns(UserWarning, match=r"did not succeed \(The maximum number of solver steps"):
+        regime, _ = classify_regime(short)
+    assert regime == REGIMES.undetermined
+    whole = simulate(field, _x0(), t1=10.0, num_save=21)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a successful solve, and a traced one: no warning
+        classify_regime(whole)
+        jax.jit(lambda tr: classify_regime(tr)[1].final_order)(short)

@@ -25,7 +25,7 @@ from jaxtyping import Array, Complex, Float, Int
 
 from ..sphere import _atan2, _sort, _step_angle, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
-from ._solve import Trajectory
+from ._solve import RESULTS, Trajectory
 from ._vector_field import _WRITTEN_OUT_D, _row_sum
 
 __all__ = [
@@ -1122,7 +1122,10 @@ def classify_regime(
     (`cluster_structure`) is reported as evidence; clusters are not required to be
     antipodal (USA and SA with `A = V = I` form one cluster).
 
-    A failed or rejected run (NaN tokens) is `undetermined`. So is a single token (`n = 1`):
+    A failed or rejected run (NaN tokens) is `undetermined`. A trajectory whose solve did
+    not succeed (`trajectory.result`, e.g. `simulate(..., throw=False)` out of steps) is
+    classified from what it saved, with a `UserWarning` when the result is concrete (not
+    traced): its evidence describes the saved part only. A single token (`n = 1`) is
     a degenerate configuration, not a cluster (its gap is zero by definition), reported as
     `undetermined` with a `UserWarning` at trace time, whatever it does. Jit-, vmap- and
     grad-safe.
@@ -1146,6 +1149,15 @@ def classify_regime(
         raise ValueError(
             f"classify_regime: expected a Trajectory, got {type(trajectory).__name__}."
         )
+    failed = _concrete_failures(trajectory.result)
+    if failed:
+        warnings.warn(
+            f"classify_regime: the trajectory's solve did not succeed ({failed}); it is "
+            "classified from the saves it reached, and its evidence describes only those "
+            "(a sweep reports such a member as failed).",
+            UserWarning,
+            stacklevel=2,
+        )
     return classify_tokens(
         trajectory.ts,
         trajectory.xs,
@@ -1154,6 +1166,19 @@ def classify_regime(
         gap_floor=gap_floor,
         rest_tol=rest_tol,
     )
+
+
+def _concrete_failures(result) -> str:
+    """The messages of a concrete, unsuccessful `RESULTS` item (one solve or a batch),
+    joined; `""` when it succeeded or is traced (inside `jit`/`vmap`: nothing to tell)."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(result)):
+        return ""
+    ok = np.asarray(result == RESULTS.successful)
+    if ok.all():
+        return ""
+    if ok.ndim == 0:
+        return RESULTS[result]
+    return f"{int((~ok).sum())} of {ok.size} solves"
 
 
 def classify_tokens(
