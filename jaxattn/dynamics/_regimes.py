@@ -260,9 +260,11 @@ def _window_start(num_times: int, window: float) -> int:
         raise ValueError(f"window must be in (0, 1], got {window}.")
     start = int(np.floor(num_times * (1 - window)))
     if num_times - start < 9:
+        held = num_times - start
         raise ValueError(
-            f"the late window holds {num_times - start} save times; need at least 9 "
-            f"(got {num_times} times and window={window}). Save more times (ts / num_save)."
+            f"the late window holds {held} save time{'' if held == 1 else 's'}; need at "
+            f"least 9 (got {num_times} time{'' if num_times == 1 else 's'} and "
+            f"window={window}). Save more times (ts / num_save)."
         )
     return start
 
