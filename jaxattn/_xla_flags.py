@@ -5,6 +5,7 @@ import importlib.util
 import mmap
 import os
 import re
+import warnings
 from collections.abc import Callable, MutableMapping
 
 __all__ = [
@@ -62,7 +63,7 @@ def prefer_fast_cpu_compiles(environ: MutableMapping[str, str] | None = None) ->
     `XLA_FLAGS` names a flags file (a value not starting with `-`, which XLA reads as a file
     name), when the installed jaxlib is 0.11.1 or later (or its version is unreadable), or,
     for `os.environ`, when JAX's backends have already started (XLA reads its flags once, at
-    start: nothing would change).
+    start: nothing would change; a `UserWarning` says so).
 
     **Raises:** `TypeError` for an `environ` that is not a mutable mapping, or whose
     `XLA_FLAGS` is not a string.
@@ -127,7 +128,7 @@ def prefer_fast_cpu_loops(environ: MutableMapping[str, str] | None = None) -> bo
     `XLA_FLAGS` already names `--xla_backend_extra_options` (your choice is kept), when it
     names a flags file (a value not starting with `-`), when the installed jaxlib's XLA does
     not know the option (XLA would abort on it), or, for `os.environ`, when JAX's backends
-    have already started (XLA reads its flags once, at start).
+    have already started (XLA reads its flags once, at start; a `UserWarning` says so).
 
     **Raises:** `TypeError` for an `environ` that is not a mutable mapping, or whose
     `XLA_FLAGS` is not a string.
@@ -166,6 +167,13 @@ def _append_flag(
         from jax._src import xla_bridge
 
         if getattr(xla_bridge, "backends_are_initialized", lambda: False)():
+            warnings.warn(
+                f"{where}: JAX has already started and XLA read XLA_FLAGS then; nothing was "
+                "changed. Call it first thing in the script or notebook (before anything "
+                f"runs on JAX), or start Python with XLA_FLAGS='{flag}'.",
+                UserWarning,
+                stacklevel=3,
+            )
             return False
     env["XLA_FLAGS"] = (flags + " " + flag).strip()
     return True

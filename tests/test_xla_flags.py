@@ -203,3 +203,19 @@ def test_prefer_fast_cpu_compiles_leaves_a_jaxlib_without_the_flag_alone(monkeyp
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     assert not xf.prefer_fast_cpu_compiles(env)
     assert env == {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+
+
+@pytest.mark.parametrize("name", ["prefer_fast_cpu_loops", "prefer_fast_cpu_compiles"])
+def test_a_call_after_jax_started_warns_and_changes_nothing(name, monkeypatch):
+    known = {
+        "prefer_fast_cpu_loops": xf._knows_small_loop_option,
+        "prefer_fast_cpu_compiles": xf._knows_elemental_flag,
+    }[name]
+    jnp.zeros(1).block_until_ready()  # this process's backends have started
+    monkeypatch.setenv("XLA_FLAGS", "")
+    if not known():  # this jaxlib has no use for it: nothing to warn about
+        assert getattr(jaxattn, name)() is False
+        return
+    with pytest.warns(UserWarning, match=rf"{name}: JAX has already started .* nothing was"):
+        assert getattr(jaxattn, name)() is False
+    assert os.environ["XLA_FLAGS"] == ""
