@@ -3,13 +3,14 @@
 Question: on 512 random (A, V) pairs (d = 2, n = 256, LSA, t1 = 50, float64, the sweep's
 default save grid and tolerances), how many members per second does `sweep` do with
 `Runner(strategy="compact")` (a pool of slots stepped K steps at a time and refilled
-from the queue: the default for every method on CPU) and with `Runner(strategy="lockstep")` (the old default: one
+from the queue: the default for particles and WS; OA defaults to lockstep, whose compile is
+shorter) and with `Runner(strategy="lockstep")` (the old default: one
 vmapped solve per chunk, chunks grouped by an Ott–Antonsen pilot), for particles and
 Watanabe–Strogatz in physical and natural time, plus Ott–Antonsen; against a loop of
 `scipy.integrate.solve_ivp` (RK45, same tolerances and initial tokens) on the particles in
 the same time scale (timed on a random subset of 64 pairs). Printed side by side from one
-run: members/s, ratio to scipy, ratio to the Ott–Antonsen sweep at its CPU default (compact)
-in the same time scale ("× OA"), lockstep efficiency, steps mean / max. For the issue's
+run: members/s, ratio to scipy, ratio to the Ott–Antonsen pool (`strategy="compact"`, its
+fastest warm sweep) in the same time scale ("× OA"), lockstep efficiency, steps mean / max. For the issue's
 "one pinned core" comparison run it under `taskset -c 0`.
 
 Timings exclude compilation: every compiled shape is first built on a batch of easy
@@ -392,8 +393,7 @@ def main(
             s, res = _timed(A, V, method="particles", time_scale="physical", runner=r, **common)
             add(f"scan: particles physical, slots {S}, K {K}", s, res)
 
-    # The goal compares WS with the Ott–Antonsen sweep at its defaults (on CPU the pool,
-    # `Runner(strategy="compact")`, since 2026-12-06).
+    # WS is compared with the fastest warm Ott–Antonsen sweep: its pool (32 slots on CPU).
     oa = {
         ts: next(
             (r for r in rows if r["name"] == f"ott_antonsen, {ts}, compact"),

@@ -540,3 +540,21 @@ def test_one_token_is_warned_and_undetermined():
         res = sweep(A4[:2], V4[:2], 1.0, 0, n=1, t1=2.0, num_save=21, progress=False)
     assert list(res.regime_names) == ["undetermined"] * 2
     assert res.completed.all() and not res.failed.any()
+
+
+def test_segments_divide_max_steps_and_short_ones_are_warned():
+    # The longest segment of at most the asked length that divides max_steps.
+    assert [sw.segment_length(k, m) for k, m in ((32, 16384), (128, 100), (32, 100))] == [
+        32,
+        100,
+        25,
+    ]
+    assert sw.segment_length(32, 4099) == 1 and sw.segment_length(128, 96) == 96
+    # A pool of several slots at its default segment length and a prime max_steps: said.
+    kw = dict(method="ott_antonsen", strategy="compact", t1=2.0, num_save=21, progress=False)
+    on_cpu = jax.default_backend() == "cpu"
+    K = sw.CPU_SEGMENT_STEPS["ott_antonsen"] if on_cpu else sw.SEGMENT_STEPS
+    match = rf"max_steps=4099 has no divisor near the pool's segment length {K}; segments of 1 "
+    with pytest.warns(UserWarning, match=match):
+        res = sweep(A4, V4, 1.0, 0, max_steps=4099, **kw)
+    assert res.plan["segment_steps"] == [1] and res.completed.all()

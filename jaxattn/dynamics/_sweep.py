@@ -36,7 +36,7 @@ save (O(n) in real arithmetic) and the tokens of the tail only. Both give the re
 evidence of `classify_tokens` of every token (tests: to 1e-12).
 
 Compaction (the default for particles and Watanabe–Strogatz members,
-`Runner(strategy="compact")`; Ott–Antonsen members too on CPU, lockstep on an accelerator). A `vmap`
+`Runner(strategy="compact")`; Ott–Antonsen members run lockstep unless asked). A `vmap`
 of an adaptive solve advances a batch in one `while_loop`: every member would pay for as
 many loop iterations as the slowest member of its batch (lockstep). Instead, each device
 prepares its members of a chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
@@ -579,14 +579,16 @@ class Judge(eqx.Module):
 # - Particles, 10^4 members, n = 1024: 1 259 -> 5 159 (1024 slots, one chunk; 4096 slots:
 #   3 019).
 # Same regimes and no failures in every configuration.
-# Ott–Antonsen members on CPU: a pool of 32 slots stepped 128 steps at a time, the "auto"
-# default there since 2026-12-06 (`experiments/bench_compaction.py` and a 32 x 16 grid of
-# smooth (A, V), 512 members each, n = 256, t1 = 50, float64, one pinned core, best of 3,
-# members/s lockstep -> pool: random pairs 3686 -> 10109 physical, 7155 -> 12241 natural;
-# the grid, whose members take alike steps (mean 86, max 111), 11818 -> 15184 physical,
-# 17758 -> 16610 natural; regimes equal everywhere). 1 slot ran 5309 / 7957 on the random
-# pairs, 16 slots with K = 32: 8687 / 12706, 64 slots 7114 / 15205, 256 slots 2633 / 8373
-# (the drain of a wide pool). On an accelerator OA stays lockstep in one chunk.
+# Ott–Antonsen members asked to compact on CPU: a pool of 32 slots stepped 128 steps at a
+# time (`experiments/bench_compaction.py` and a 32 x 16 grid of smooth (A, V), 512 members
+# each, n = 256, t1 = 50, float64, one pinned core, best of 3, members/s lockstep -> pool:
+# random pairs 3686 -> 10109 physical, 7155 -> 12241 natural; the grid, whose members take
+# alike steps (mean 86, max 111), 11818 -> 15184 physical, 17758 -> 16610 natural; regimes
+# equal everywhere). 1 slot ran 5309 / 7957 on the random pairs, 16 slots with K = 32:
+# 8687 / 12706, 64 slots 7114 / 15205, 256 slots 2633 / 8373 (the drain of a wide pool).
+# The pool's first call compiles about 6 s longer than lockstep's (200 pairs, fresh
+# processes: 11.3-12.5 s against 5.4-5.7 s), which its steps repay only from about 4·10^4
+# (physical time) to 10^5 (natural) members, so OA members stay lockstep by default.
 SEGMENT_STEPS = 32
 CPU_SEGMENT_STEPS = {"particles": 32, "watanabe_strogatz": 32, "ott_antonsen": 128}
 ACCELERATOR_SLOTS = {"particles": 1024, "watanabe_strogatz": 4096, "ott_antonsen": 16384}
@@ -634,15 +636,16 @@ class Runner(eqx.Module):
 
     **Arguments:**
 
-    - `strategy`: `"auto"` (default): `"compact"` for every member on CPU (for
-      Ott–Antonsen members 1.7–2.7× the lockstep members/s on the 512 random pairs of
-      `experiments/bench_compaction.py`, and 0.94–1.28× on a grid of alike members;
-      2026-12-06, `CPU_SEGMENT_STEPS`); on an accelerator `"compact"` for particles and
-      Watanabe–Strogatz members and `"lockstep"` in one chunk for Ott–Antonsen members
-      (2 real ODEs: one H200 ran 287 655 members/s so, 259 629 compact). `"compact"`:
+    - `strategy`: `"auto"` (default): `"compact"` for particles and Watanabe–Strogatz
+      members, `"lockstep"` for Ott–Antonsen members (2 real ODEs). Their pool (32 slots,
+      128 steps a segment on CPU, `CPU_SEGMENT_STEPS`) steps 1.7–2.7× faster than
+      lockstep on the 512 random pairs of `experiments/bench_compaction.py` (0.94–1.28× on
+      a grid of alike members; 2026-12-06) but compiles about 6 s longer, so it pays from
+      about 4·10^4–10^5 members (or when one process repeats a sweep): ask for it then. On
+      one H200 one lockstep chunk ran 287 655 members/s, the pool 259 629. `"compact"`:
       each device steps a pool of `slots` members `segment_steps` steps at a time and
-      refills finished (or failed) members' slots
-      from its queue, so no member waits for another (module docstring); `"lockstep"`:
+      refills finished (or failed) members' slots from its queue, so no member waits for
+      another (module docstring); `"lockstep"`:
       one vmapped solve per chunk, each member stepping until the slowest of its chunk
       finishes. Members with `Judge(lyapunov=k)` always run lockstep.
     - `slots`: members in the pool of each device (compact; at most the chunk's members
@@ -1080,6 +1083,12 @@ def _member_finish(state, post, cfg: _Config, dtype):
     )
     lyap = jnp.full((2,), jnp.nan, dtype)
     return _member_outputs(regime, result, failed, sol.num_steps, rate, order, R2, evidence, lyap)
+
+
+def segment_length(asked: int, max_steps: int) -> int:
+    """The longest segment of at most `asked` steps that divides `max_steps` (a member in a
+    pool must stop at `max_steps` exactly, at the end of a segment)."""
+    return max(k for k in range(1, min(asked, max_steps) + 1) if max_steps % k == 0)
 
 
 def _rows(mask, new, old):
@@ -2183,11 +2192,11 @@ def _run(
     on_cpu = jax.devices()[0].platform == "cpu"
     if strategy == "auto":
         # Measured (experiments/bench_compaction.py, 512 pairs, one pinned core):
-        # compaction is 4.0-5.1× faster for particles and 1.1-1.6× for WS members, and on
-        # CPU 1.7-2.7× for OA members (`CPU_SEGMENT_STEPS`); on an accelerator OA members
-        # run lockstep in one chunk (`ACCELERATOR_SLOTS`).
-        lockstep = members.method == "ott_antonsen" and not on_cpu
-        strategy = "lockstep" if lockstep else "compact"
+        # compaction is 4.0-5.1× faster for particles and 1.1-1.6× for WS members. OA
+        # members run lockstep: their pool steps 1.7-2.7× faster on CPU but compiles about
+        # 6 s longer (`CPU_SEGMENT_STEPS`), and on an accelerator one lockstep chunk is
+        # fastest (`ACCELERATOR_SLOTS`).
+        strategy = "lockstep" if members.method == "ott_antonsen" else "compact"
     compact = strategy == "compact" and not cfg.lyapunov
     if compact and ndev == 1 and runner.group == "auto":
         # One pool on one device: the order of its queue only shapes the short drain at
@@ -2255,7 +2264,7 @@ def _run(
     asked = runner.segment_steps
     if asked is None:
         asked = CPU_SEGMENT_STEPS[members.method] if on_cpu else SEGMENT_STEPS
-    steps = math.gcd(asked, cfg.max_steps)
+    steps = segment_length(asked, cfg.max_steps)
     if compact and runner.segment_steps is not None and steps < runner.segment_steps:
         warnings.warn(
             f"sweep: segment_steps={runner.segment_steps} does not divide max_steps="
@@ -2288,6 +2297,16 @@ def _run(
     if compact:
         plan["slots_per_device"] = [min(slots_per_device, s // ndev) for s in sizes]
         plan["segment_steps"] = [segment_steps(s) for s in plan["slots_per_device"]]
+        if runner.segment_steps is None and max(plan["slots_per_device"]) > 1 and 2 * steps < asked:
+            # A pool of several slots in short segments: each one re-enters the solver.
+            warnings.warn(
+                f"sweep: max_steps={cfg.max_steps} has no divisor near the pool's segment "
+                f"length {asked}; segments of {steps} step{'' if steps == 1 else 's'} are used "
+                "(a member must stop at max_steps exactly), which makes the pool slow. "
+                f"Choose max_steps a multiple of {asked} (e.g. "
+                f"{max(asked, cfg.max_steps // asked * asked)}) or pass segment_steps.",
+                stacklevel=3,
+            )
 
     # Fingerprint: the inputs and every option that changes a member's result.
     h = hashlib.sha256()
