@@ -37,12 +37,17 @@ def check_numpy_bytes(head: bytes, *, npy: bool = False) -> None:
 def load_npz_bytes(data: bytes) -> dict[str, np.ndarray]:
     """Every array of the `.npz` archive held in `data`, read (zip CRCs checked).
 
-    **Raises:** `ValueError` when `data` is not an `.npz` archive (`check_numpy_bytes`),
-    and NumPy's or `zipfile`'s errors for an archive damaged inside.
+    **Raises:** `ValueError` when `data` is not an `.npz` archive (`check_numpy_bytes`) or
+    one of its members is not a `.npy` array (NumPy would hand back its raw bytes), and
+    NumPy's or `zipfile`'s errors for an archive damaged inside.
     """
     check_numpy_bytes(data[:8])
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
+        arrays = {k: z[k] for k in z.files}
+    for k, v in arrays.items():
+        if not isinstance(v, np.ndarray):
+            raise ValueError(f"its member {k!r} is not a NumPy array (the archive is foreign)")
+    return arrays
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:

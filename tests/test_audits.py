@@ -363,7 +363,17 @@ def test_cli_audit_g_lm_bad_files(tmp_path, capsys):
     np.save(tmp_path / "nan.npy", np.full((1, 2, 4, 4), np.nan))
     np.save(tmp_path / "empty.npy", np.zeros((1, 1, 0, 0)))
     (tmp_path / "junk.npz").write_bytes(b"\xaa\x01 not an array file")
-    cases = {"nan.npy": "non-finite", "empty.npy": "non-empty shape", "junk.npz": "not a readable"}
+    # A zip archive cut short (zipfile's BadZipFile, once a traceback) and one without G_LM.
+    np.savez(tmp_path / "whole.npz", G_LM=np.eye(4)[None, None])
+    (tmp_path / "cut.npz").write_bytes((tmp_path / "whole.npz").read_bytes()[:80])
+    np.savez(tmp_path / "other.npz", A=np.eye(4))
+    cases = {
+        "nan.npy": "non-finite",
+        "empty.npy": "non-empty shape",
+        "junk.npz": "not a readable",
+        "cut.npz": "not a readable",
+        "other.npz": "has no array 'G_LM' (keys: A)",
+    }
     for name, message in cases.items():
         rc = main(["plga", "audit", "--g-lm", str(tmp_path / name), "--out", str(tmp_path / "o")])
         err = capsys.readouterr().err.strip().splitlines()

@@ -62,6 +62,11 @@ def test_damaged_and_foreign_files_are_named_not_unpickled(tmp_path):
     cut = (tmp_path / "whole.npz").read_bytes()[:60]
     with pytest.raises((zipfile.BadZipFile, ValueError, EOFError)):
         load_npz_bytes(cut)
+    # A zip archive whose member is not a .npy array (NumPy would return its bytes).
+    with zipfile.ZipFile(tmp_path / "foreign.npz", "w") as zf:
+        zf.writestr("x.npy", b"junk")
+    with pytest.raises(ValueError, match="its member 'x' is not a NumPy array"):
+        load_npz(tmp_path / "foreign.npz")
     # An object array inside an archive is refused by NumPy (allow_pickle=False).
     obj = np.empty(1, dtype=object)
     obj[0] = _Unpickled(marker)

@@ -235,13 +235,22 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
         RegimeMap.load(bad)
     # Named for what it is, not as NumPy's "pickled data" (whose advice is to unpickle).
     assert "not a NumPy .npz archive" in str(e.value) and "pickle" not in str(e.value)
-    # A valid archive cut or edited after it was written is refused too: the per-cell
-    # summaries must be those of the saved regimes, on the saved grid.
+    # A valid archive edited after it was written: its SHA-256 is not the recorded one.
     with np.load(out / "regime_map.npz") as z:
         arrays = {k: z[k] for k in z.files}
+    np.savez(bad / "regime_map.npz", **{**arrays, "axis_0": 100 * arrays["axis_0"]})
+    with pytest.raises(ValueError, match="regime_map.npz is damaged .*altered after it was"):
+        RegimeMap.load(bad)
+    # Without a recorded hash (a map saved before hashes were), cut or edited arrays are
+    # still refused: the per-cell summaries and failure flags must be those of the saved
+    # regimes, on the saved grid.
+    meta = json.loads((out / "regime_map.json").read_text())
+    del meta["npz_sha256"]
+    (bad / "regime_map.json").write_text(json.dumps(meta))
     edits = {
         "fractions has shape": dict(fractions=arrays["fractions"][..., :1]),
         "regime has shape": dict(regime=arrays["regime"][:1]),
+        "failed does not match": dict(failed=~arrays["failed"]),
         "dominant does not follow": dict(dominant=(arrays["dominant"] + 1) % 3),
         "fractions does not follow": dict(fractions=arrays["fractions"] + 0.25),
     }
@@ -251,6 +260,7 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
             RegimeMap.load(bad)
     np.savez(bad / "regime_map.npz", **arrays)  # the saved arrays themselves load
     np.testing.assert_array_equal(RegimeMap.load(bad).fractions, arrays["fractions"])
+    assert RegimeMap.load(out).regime.shape == arrays["regime"].shape  # hash checked, equal
     meta = json.loads((out / "regime_map.json").read_text())
     meta["regime_names"] = ["clustering", "other"]
     (bad / "regime_map.json").write_text(json.dumps(meta))

@@ -11,7 +11,9 @@ axis values as keywords is a family too.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
+import io
 import json
 import math
 import os
@@ -23,7 +25,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._npz import load_npz
+from .._npz import check_numpy_bytes, load_npz_bytes
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
@@ -364,12 +366,18 @@ class RegimeMap:
         for i, (_, values) in enumerate(self.axes):
             arrays[f"axis_{i}"] = values
 
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        data = buf.getvalue()
+
         def write(p):
             with open(p, "wb") as f:
-                np.savez(f, **arrays)
+                f.write(data)
 
         _atomic_write(os.path.join(out_dir, "regime_map.npz"), write)
         meta = dict(
+            # `load` refuses an archive altered after it was written.
+            npz_sha256=hashlib.sha256(data).hexdigest(),
             family=self.family,
             method=self.method,
             kernel=self.kernel,
@@ -396,7 +404,9 @@ class RegimeMap:
         """Read a map written by `save` (and its sweep from `out_dir/sweep` if present).
 
         **Raises:** `ValueError` naming the file for a folder without a map, a damaged
-        file, or a map written with a different list of regimes.
+        file, an archive altered after it was written (its SHA-256, recorded in
+        `regime_map.json` since 2026-12-06, differs; older maps are checked for consistency
+        only), or a map written with a different list of regimes.
         """
         out_dir = os.fspath(out_dir)
         if os.path.isfile(out_dir):
@@ -423,7 +433,16 @@ class RegimeMap:
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
         try:
-            arrays = load_npz(npath)
+            with open(npath, "rb") as f:
+                data = f.read()
+            check_numpy_bytes(data[:8])  # a damaged file is named so before any hash
+            recorded = meta.get("npz_sha256")
+            if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+                raise ValueError(
+                    f"its SHA-256 differs from the one recorded in {jpath}: it was altered "
+                    "after it was written"
+                )
+            arrays = load_npz_bytes(data)
             axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
             cells = tuple(len(v) for _, v in axes)
             _check_map_arrays(arrays, cells, int(meta["inits"]))
@@ -468,6 +487,8 @@ def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
     for name, shape in (("regime", cells + (inits,)), ("failed", cells + (inits,))):
         if arrays[name].shape != shape:
             raise ValueError(f"{name} has shape {arrays[name].shape}, not {shape}")
+    if not np.array_equal(arrays["failed"], arrays["regime"] == FAILED):
+        raise ValueError("failed does not match the saved regimes' FAILED codes (altered)")
     derived = basin_fractions(arrays["regime"])
     for name, want in zip(("fractions", "failed_fraction", "dominant", "multistable"), derived):
         got = arrays[name]

@@ -99,23 +99,25 @@ def _load_g_lm(spec: str):
     path = pathlib.Path(spec)
     if not path.is_file():
         raise FileNotFoundError(f"--g-lm: no such file: {path}")
+    from .._npz import load_numpy_file
+
     try:
-        if path.suffix == ".npy":
-            g = np.load(path, allow_pickle=False)
-        else:
-            with np.load(path, allow_pickle=False) as f:
-                if "G_LM" not in f:
-                    keys = ", ".join(f.files)
-                    raise ValueError(f"--g-lm: {path} has no array 'G_LM' (keys: {keys})")
-                g = f["G_LM"]
-    except (ValueError, OSError, EOFError) as err:
-        if str(err).startswith("--g-lm"):
-            raise
-        # numpy's message for a non-array file suggests allow_pickle; never do that.
+        loaded = load_numpy_file(path)  # .npy or .npz, told by content; never unpickled
+    except Exception as err:  # noqa: BLE001
+        # Untrusted bytes: zipfile, zlib and NumPy raise many unrelated types on a damaged
+        # file (BadZipFile, EOFError, zlib.error, ...); each means "not readable".
+        why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
         raise ValueError(
-            f"--g-lm: {path} is not a readable .npy/.npz array file (object arrays and "
-            f"pickles are refused)"
+            f"--g-lm: {path} is not a readable .npy/.npz array file ({why}; object arrays "
+            "and pickles are refused)"
         ) from None
+    if isinstance(loaded, dict):
+        if "G_LM" not in loaded:
+            keys = ", ".join(loaded)
+            raise ValueError(f"--g-lm: {path} has no array 'G_LM' (keys: {keys})")
+        g = loaded["G_LM"]
+    else:
+        g = loaded
     if g.ndim == 3:
         g = g[None]
     if g.ndim != 4 or g.shape[-1] != g.shape[-2] or g.size == 0:
