@@ -28,9 +28,12 @@ def check_numpy_bytes(head: bytes, *, npy: bool = False) -> None:
     kinds = "a NumPy .npz archive or .npy array" if npy else "a NumPy .npz archive"
     if not head:
         raise ValueError(f"the file is empty, not {kinds}")
+    magic = f"an .npz is a zip archive, beginning with {ZIP_MAGIC!r}"
+    if npy:
+        magic += f"; an .npy begins with {NPY_MAGIC!r}"
     raise ValueError(
-        f"not {kinds}: it begins with {head[:8]!r} (an .npz is a zip archive, beginning "
-        f"with {ZIP_MAGIC!r}); the file is damaged or of another kind"
+        f"not {kinds}: it begins with {head[:8]!r} ({magic}); the file is damaged or of "
+        "another kind"
     )
 
 

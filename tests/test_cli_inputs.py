@@ -123,7 +123,7 @@ def test_simulate_never_unpickles(tmp_path, capsys, no_solve, flag):
     bare = tmp_path / "bare.npy"
     bare.write_bytes(pickle.dumps(_Unpickled(marker)))
     objects = _write(tmp_path / "obj.npy", obj)
-    for path, word in [(objects, "allow_pickle=False"), (bare, "pickled")]:
+    for path, word in [(objects, "allow_pickle=False"), (bare, "not a NumPy .npz archive or .npy")]:
         assert main(["simulate", flag, str(path), "--out", str(tmp_path / "out")]) == 2
         line = _one_line_error(capsys, "simulate")
         assert f"error: {flag}: cannot read a matrix from {path}" in line and word in line

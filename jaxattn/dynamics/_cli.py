@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._npz import load_numpy_file
 from ._presets import PRESETS
 
 DEFAULT_PRESET = "case3-rotating"
@@ -147,22 +148,21 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         if suffix == ".json":
             M = np.asarray(json.loads(f.read_text(encoding="utf-8")))
         else:
-            # our own handle: np.load leaves its file open when the zip is corrupt
-            with open(f, "rb") as fh:
-                loaded = np.load(fh, allow_pickle=False)  # .npy or .npz, told by content
-                if isinstance(loaded, np.lib.npyio.NpzFile):
-                    with loaded as z:
-                        keys = list(z.keys())
-                        key = name if name in keys else keys[0] if len(keys) == 1 else None
-                        M = None if key is None else np.asarray(z[key])
-                else:
-                    M = np.asarray(loaded)
+            loaded = load_numpy_file(f)  # .npy or .npz, told by content; read whole
+            if isinstance(loaded, dict):
+                keys = list(loaded)
+                key = name if name in keys else keys[0] if len(keys) == 1 else None
+                M = None if key is None else np.asarray(loaded[key])
+            else:
+                M = np.asarray(loaded)
     except Exception as err:  # noqa: BLE001
         # Parsing untrusted bytes: json, zipfile, zlib and NumPy's header reader raise a
         # dozen unrelated types on a truncated or corrupt file (BadZipFile, EOFError,
         # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
         why = " ".join(f"{type(err).__name__}: {err}".split())[:300]  # one line
-        if "allow_pickle" in why:
+        if str(err).startswith(("not a NumPy", "the file is empty")):  # jaxattn._npz's words
+            why = str(err)
+        elif "allow_pickle" in why:
             # NumPy's word for bytes that are no .npy/.npz header (or a pickled object
             # array): its hint, to load unsafely, is not advice to give about a user's file.
             why = (
