@@ -235,6 +235,11 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
         RegimeMap.load(bad)
     # Named for what it is, not as NumPy's "pickled data" (whose advice is to unpickle).
     assert "not a NumPy .npz archive" in str(e.value) and "pickle" not in str(e.value)
+    # A cut archive is named damaged by what is wrong with it, before its hash is checked.
+    (bad / "regime_map.npz").write_bytes((out / "regime_map.npz").read_bytes()[:100])
+    with pytest.raises(ValueError, match="regime_map.npz is damaged") as e:
+        RegimeMap.load(bad)
+    assert "altered" not in str(e.value)
     # A valid archive edited after it was written: its SHA-256 is not the recorded one.
     with np.load(out / "regime_map.npz") as z:
         arrays = {k: z[k] for k in z.files}

@@ -558,3 +558,8 @@ def test_segments_divide_max_steps_and_short_ones_are_warned():
     with pytest.warns(UserWarning, match=match):
         res = sweep(A4, V4, 1.0, 0, max_steps=4099, **kw)
     assert res.plan["segment_steps"] == [1] and res.completed.all()
+    # One segment holding the whole solve is no slow pool: nothing to say.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        whole = sweep(A4, V4, 1.0, 0, max_steps=K // 2 - 1, **kw)
+    assert whole.plan["segment_steps"] == [K // 2 - 1]

@@ -25,7 +25,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._npz import check_numpy_bytes, load_npz_bytes
+from .._npz import load_npz_bytes
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
@@ -435,14 +435,13 @@ class RegimeMap:
         try:
             with open(npath, "rb") as f:
                 data = f.read()
-            check_numpy_bytes(data[:8])  # a damaged file is named so before any hash
+            arrays = load_npz_bytes(data)  # a damaged file is named so before any hash
             recorded = meta.get("npz_sha256")
             if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
                 raise ValueError(
                     f"its SHA-256 differs from the one recorded in {jpath}: it was altered "
                     "after it was written"
                 )
-            arrays = load_npz_bytes(data)
             axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
             cells = tuple(len(v) for _, v in axes)
             _check_map_arrays(arrays, cells, int(meta["inits"]))

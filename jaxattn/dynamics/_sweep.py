@@ -2297,7 +2297,8 @@ def _run(
     if compact:
         plan["slots_per_device"] = [min(slots_per_device, s // ndev) for s in sizes]
         plan["segment_steps"] = [segment_steps(s) for s in plan["slots_per_device"]]
-        if runner.segment_steps is None and max(plan["slots_per_device"]) > 1 and 2 * steps < asked:
+        pool = max(plan["slots_per_device"]) > 1
+        if runner.segment_steps is None and pool and 2 * steps < asked and steps < cfg.max_steps:
             # A pool of several slots in short segments: each one re-enters the solver.
             warnings.warn(
                 f"sweep: max_steps={cfg.max_steps} has no divisor near the pool's segment "
@@ -3024,9 +3025,11 @@ def sweep(
     `strategy`, `slots`, `segment_steps`).
 
     Each chunk is one compiled function (one compilation per chunk size and
-    configuration); by default (`Runner(strategy="compact")`) each device steps a pool
-    of members in segments and refills finished members' slots from its queue, so no
-    member waits for the slowest (`lockstep_efficiency` reports it); each device solves
+    configuration); by default for particle and Watanabe–Strogatz members
+    (`Runner(strategy="compact")`) each device steps a pool of members in segments and
+    refills finished members' slots from its queue, so no member waits for the slowest
+    (`lockstep_efficiency` reports it; Ott–Antonsen members run lockstep unless asked,
+    see `Runner`); each device solves
     its share of a chunk with its own loops (`shard_map`). Failing members (`max_steps`,
     non-finite input, NaN) get the regime code `FAILED` with `failed=True`, a `result`
     code and NaN evidence, and do not affect the others: every member equals its solo
