@@ -17,21 +17,36 @@ EMPTY_ZIP_MAGIC = b"PK\x05\x06"  # an archive with no member (`np.savez` of noth
 NPY_MAGIC = b"\x93NUMPY"  # the `.npy` format's magic string
 
 
+class NotNumpyFile(ValueError):
+    """A file whose first bytes are those of no `.npz` archive (or `.npy` array)."""
+
+
+def read_error_reason(err: BaseException) -> str:
+    """One line on why reading untrusted bytes failed, for an error message: this module's
+    own words for a file that is no NumPy file, else the exception's type and text (json,
+    zipfile, zlib and NumPy raise a dozen unrelated types on a truncated or corrupt file),
+    whitespace folded and cut at 300 characters."""
+    if isinstance(err, NotNumpyFile):
+        return str(err)
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
+
+
 def check_numpy_bytes(head: bytes, *, npy: bool = False) -> None:
     """Raise unless `head` (a file's first bytes, at least 6 of them when there are) starts
     a `.npz` archive, or with `npy=True` also a `.npy` array.
 
-    **Raises:** `ValueError` naming what the bytes are not (the caller prefixes the file).
+    **Raises:** `NotNumpyFile` (a `ValueError`) naming what the bytes are not (the caller
+    prefixes the file).
     """
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)) or (npy and head.startswith(NPY_MAGIC)):
         return
     kinds = "a NumPy .npz archive or .npy array" if npy else "a NumPy .npz archive"
     if not head:
-        raise ValueError(f"the file is empty, not {kinds}")
+        raise NotNumpyFile(f"the file is empty, not {kinds}")
     magic = f"an .npz is a zip archive, beginning with {ZIP_MAGIC!r}"
     if npy:
         magic += f"; an .npy begins with {NPY_MAGIC!r}"
-    raise ValueError(
+    raise NotNumpyFile(
         f"not {kinds}: it begins with {head[:8]!r} ({magic}); the file is damaged or of "
         "another kind"
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._npz import load_numpy_file
+from .._npz import load_numpy_file, read_error_reason
 from ._presets import PRESETS
 
 DEFAULT_PRESET = "case3-rotating"
@@ -159,12 +159,11 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         # Parsing untrusted bytes: json, zipfile, zlib and NumPy's header reader raise a
         # dozen unrelated types on a truncated or corrupt file (BadZipFile, EOFError,
         # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
-        why = " ".join(f"{type(err).__name__}: {err}".split())[:300]  # one line
-        if str(err).startswith(("not a NumPy", "the file is empty")):  # jaxattn._npz's words
-            why = str(err)
-        elif "allow_pickle" in why:
-            # NumPy's word for bytes that are no .npy/.npz header (or a pickled object
-            # array): its hint, to load unsafely, is not advice to give about a user's file.
+        why = read_error_reason(err)
+        if "allow_pickle" in why:
+            # NumPy's words for an array of Python objects (bytes that are no NumPy file
+            # at all are named by `jaxattn._npz`): its hint, to load unsafely, is not advice
+            # to give about a user's file.
             why = (
                 "not a NumPy .npy/.npz array file, or an array of Python objects, which is "
                 "never unpickled: allow_pickle=False"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import io
 import json
 import math
 import os
@@ -37,6 +36,8 @@ from ._sweep import (
     Runner,
     SweepResult,
     _atomic_write,
+    _npz_bytes,
+    _write_bytes,
     _write_json,
     attention_members,
     available_memory,
@@ -366,15 +367,8 @@ class RegimeMap:
         for i, (_, values) in enumerate(self.axes):
             arrays[f"axis_{i}"] = values
 
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        data = buf.getvalue()
-
-        def write(p):
-            with open(p, "wb") as f:
-                f.write(data)
-
-        _atomic_write(os.path.join(out_dir, "regime_map.npz"), write)
+        data = _npz_bytes(**arrays)  # hashed, then written, as a sweep's chunks are
+        _atomic_write(os.path.join(out_dir, "regime_map.npz"), lambda p: _write_bytes(p, data))
         meta = dict(
             # `load` refuses an archive altered after it was written.
             npz_sha256=hashlib.sha256(data).hexdigest(),

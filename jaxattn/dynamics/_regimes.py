@@ -1171,8 +1171,9 @@ def classify_regime(
 
 
 def _concrete_failures(result) -> str:
-    """The messages of a concrete, unsuccessful `RESULTS` item (one solve or a batch),
-    joined; `""` when it succeeded or is traced (inside `jit`/`vmap`: nothing to tell)."""
+    """What went wrong in a concrete, unsuccessful `RESULTS` item: its message (one solve)
+    or how many solves of a batch failed; `""` when it succeeded or is traced (inside
+    `jit`/`vmap`: nothing to tell)."""
     if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(result)):
         return ""
     ok = np.asarray(result == RESULTS.successful)

@@ -590,7 +590,11 @@ class Judge(eqx.Module):
 # processes: 11.3-12.5 s against 5.4-5.7 s), which its steps repay only from about 4·10^4
 # (physical time) to 10^5 (natural) members, so OA members stay lockstep by default.
 SEGMENT_STEPS = 32
-CPU_SEGMENT_STEPS = {"particles": 32, "watanabe_strogatz": 32, "ott_antonsen": 128}
+CPU_SEGMENT_STEPS = {
+    "particles": SEGMENT_STEPS,
+    "watanabe_strogatz": SEGMENT_STEPS,
+    "ott_antonsen": 128,
+}
 ACCELERATOR_SLOTS = {"particles": 1024, "watanabe_strogatz": 4096, "ott_antonsen": 16384}
 CPU_SLOTS = {"particles": 1, "watanabe_strogatz": 16, "ott_antonsen": 32}
 CPU_CHUNK = 1024

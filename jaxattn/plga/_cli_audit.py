@@ -99,17 +99,16 @@ def _load_g_lm(spec: str):
     path = pathlib.Path(spec)
     if not path.is_file():
         raise FileNotFoundError(f"--g-lm: no such file: {path}")
-    from .._npz import load_numpy_file
+    from .._npz import load_numpy_file, read_error_reason
 
     try:
         loaded = load_numpy_file(path)  # .npy or .npz, told by content; never unpickled
     except Exception as err:  # noqa: BLE001
         # Untrusted bytes: zipfile, zlib and NumPy raise many unrelated types on a damaged
-        # file (BadZipFile, EOFError, zlib.error, ...); each means "not readable".
-        why = " ".join(f"{type(err).__name__}: {err}".split())[:300]
+        # file; each means "not readable".
         raise ValueError(
-            f"--g-lm: {path} is not a readable .npy/.npz array file ({why}; object arrays "
-            "and pickles are refused)"
+            f"--g-lm: {path} is not a readable .npy/.npz array file "
+            f"({read_error_reason(err)}; object arrays and pickles are refused)"
         ) from None
     if isinstance(loaded, dict):
         if "G_LM" not in loaded:
