@@ -7,8 +7,10 @@ would read such bytes as a pickle and answer that the file "contains pickled (ob
 data", suggesting `allow_pickle=True`, which is the wrong advice for a damaged file.
 """
 
+import hashlib
 import io
 import os
+import re
 
 import numpy as np
 
@@ -19,6 +21,52 @@ NPY_MAGIC = b"\x93NUMPY"  # the `.npy` format's magic string
 
 class NotNumpyFile(ValueError):
     """A file whose first bytes are those of no `.npz` archive (or `.npy` array)."""
+
+
+class MissingArray(KeyError, ValueError):
+    """An array a reader needs is not in the archive (an empty or foreign `.npz`).
+
+    A `KeyError` (it is a missing key) and a `ValueError` (the file is wrong, not the
+    caller), whose text names the array: a bare `KeyError` would print only `'name'`.
+    """
+
+    def __str__(self) -> str:
+        return f"the archive holds no array {self.args[0]!r}"
+
+
+class NpzArrays(dict):
+    """The arrays of an `.npz` archive by name (a `dict`); looking up an array it does not
+    hold raises `MissingArray`."""
+
+    def __missing__(self, key):
+        raise MissingArray(key)
+
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def check_recorded_sha256(meta: dict, data: bytes, where: str) -> None:
+    """Check the bytes `data` of an archive against the SHA-256 recorded in its summary
+    `meta` under `"npz_sha256"`. Summaries written before hashes were recorded have no such
+    key and are not checked; a key that is present must hold a hash.
+
+    **Raises:** `ValueError` when the recorded value is not a SHA-256 (64 lower-case hex
+    digits: the summary `where` was edited or damaged) or differs from the archive's (the
+    archive was altered after it was written).
+    """
+    if "npz_sha256" not in meta:
+        return
+    recorded = meta["npz_sha256"]
+    if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
+        raise ValueError(
+            f"{where} records npz_sha256 = {recorded!r}, not a SHA-256 (64 hex digits): "
+            "the summary was edited or is damaged"
+        )
+    if hashlib.sha256(data).hexdigest() != recorded:
+        raise ValueError(
+            f"its SHA-256 differs from the one recorded in {where}: it was altered after "
+            "it was written"
+        )
 
 
 def read_error_reason(err: BaseException) -> str:
@@ -52,8 +100,9 @@ def check_numpy_bytes(head: bytes, *, npy: bool = False) -> None:
     )
 
 
-def load_npz_bytes(data: bytes) -> dict[str, np.ndarray]:
-    """Every array of the `.npz` archive held in `data`, read (zip CRCs checked).
+def load_npz_bytes(data: bytes) -> NpzArrays:
+    """Every array of the `.npz` archive held in `data`, read (zip CRCs checked), as an
+    `NpzArrays` (a `dict` whose missing names raise `MissingArray`).
 
     **Raises:** `ValueError` when `data` is not an `.npz` archive (`check_numpy_bytes`) or
     one of its members is not a `.npy` array (NumPy would hand back its raw bytes), and
@@ -61,14 +110,14 @@ def load_npz_bytes(data: bytes) -> dict[str, np.ndarray]:
     """
     check_numpy_bytes(data[:8])
     with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+        arrays = NpzArrays((k, z[k]) for k in z.files)
     for k, v in arrays.items():
         if not isinstance(v, np.ndarray):
             raise ValueError(f"its member {k!r} is not a NumPy array (the archive is foreign)")
     return arrays
 
 
-def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+def load_npz(path: str | os.PathLike) -> NpzArrays:
     """Every array of the `.npz` archive at `path` (read whole, then closed).
 
     **Raises:** `OSError` when it cannot be opened, the errors of `load_npz_bytes` else.
@@ -78,7 +127,7 @@ def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     return load_npz_bytes(data)
 
 
-def load_numpy_file(path: str | os.PathLike) -> np.ndarray | dict[str, np.ndarray]:
+def load_numpy_file(path: str | os.PathLike) -> np.ndarray | NpzArrays:
     """The array of a `.npy` file or the arrays of an `.npz` archive at `path`, told by
     content (not by the file's name).
 

@@ -1,13 +1,22 @@
 """Reading NumPy files without ever unpickling: `.npz` / `.npy` told from their first bytes,
 a damaged or foreign file named as such (not as NumPy's "pickled data")."""
 
+import hashlib
 import pickle
 import zipfile
 
 import numpy as np
 import pytest
 
-from jaxattn._npz import check_numpy_bytes, load_npz, load_npz_bytes, load_numpy_file
+from jaxattn._npz import (
+    MissingArray,
+    check_numpy_bytes,
+    check_recorded_sha256,
+    load_npz,
+    load_npz_bytes,
+    load_numpy_file,
+    read_error_reason,
+)
 
 
 class _Unpickled:
@@ -83,3 +92,27 @@ def test_check_numpy_bytes_names_what_it_expects():
         check_numpy_bytes(b"\x93NUMPY\x01\x00")
     with pytest.raises(ValueError, match="not a NumPy .npz archive or .npy array"):
         check_numpy_bytes(b"{}", npy=True)
+
+
+def test_a_missing_array_and_a_recorded_hash_are_named(tmp_path):
+    np.savez(tmp_path / "empty.npz")
+    arrays = load_npz(tmp_path / "empty.npz")
+    # An archive without the array a reader needs (an empty or foreign one): the error
+    # names the array, and is both a KeyError and a ValueError (a wrong file).
+    with pytest.raises(MissingArray) as e:
+        arrays["fingerprint"]
+    assert isinstance(e.value, KeyError) and isinstance(e.value, ValueError)
+    assert str(e.value) == "the archive holds no array 'fingerprint'"
+    assert read_error_reason(e.value) == "MissingArray: the archive holds no array 'fingerprint'"
+    assert arrays.get("fingerprint") is None and "fingerprint" not in arrays
+    # The SHA-256 recorded in a summary: absent (written before hashes were) is not
+    # checked; present, it must be a hash and the archive's.
+    data = b"PK\x05\x06" + bytes(18)
+    digest = hashlib.sha256(data).hexdigest()
+    check_recorded_sha256({}, data, "s.json")
+    check_recorded_sha256({"npz_sha256": digest}, data, "s.json")
+    with pytest.raises(ValueError, match=r"in s.json: it was altered after it was written"):
+        check_recorded_sha256({"npz_sha256": digest}, data + b"x", "s.json")
+    for bad in (None, "", digest[:-1], digest.upper(), 17):
+        with pytest.raises(ValueError, match=r"s.json records npz_sha256 = .*not a SHA-256"):
+            check_recorded_sha256({"npz_sha256": bad}, data, "s.json")

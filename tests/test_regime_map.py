@@ -263,10 +263,17 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
         np.savez(bad / "regime_map.npz", **{**arrays, **edit})
         with pytest.raises(ValueError, match=f"regime_map.npz is damaged .*{message}"):
             RegimeMap.load(bad)
+    np.savez(bad / "regime_map.npz")  # an empty archive: the first missing array named
+    with pytest.raises(ValueError, match="damaged .*MissingArray: .* no array 'axis_0'"):
+        RegimeMap.load(bad)
     np.savez(bad / "regime_map.npz", **arrays)  # the saved arrays themselves load
     np.testing.assert_array_equal(RegimeMap.load(bad).fractions, arrays["fractions"])
     assert RegimeMap.load(out).regime.shape == arrays["regime"].shape  # hash checked, equal
+    # A recorded hash set to null is an edit, not a map from before hashes were recorded.
     meta = json.loads((out / "regime_map.json").read_text())
+    (bad / "regime_map.json").write_text(json.dumps({**meta, "npz_sha256": None}))
+    with pytest.raises(ValueError, match="regime_map.json records npz_sha256 = None, not a"):
+        RegimeMap.load(bad)
     meta["regime_names"] = ["clustering", "other"]
     (bad / "regime_map.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="damaged or foreign"):
