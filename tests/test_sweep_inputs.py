@@ -334,8 +334,8 @@ def test_an_altered_chunk_is_refused_by_load_and_recomputed_on_resume(written, t
     _alter_chunk(path, R2=lambda v: v * 0.5, regime=lambda v: v * 0 + 3)
     with pytest.raises(
         ValueError,
-        match=r"SweepResult.load: .*chunk_00001.npz was altered: its SHA-256 differs from the "
-        r"one recorded in .*chunk_00001.json",
+        match=r"SweepResult.load: .*chunk_00001.npz is refused: its SHA-256 differs from the "
+        r"one recorded in .*chunk_00001.json: it was altered after it was written",
     ):
         SweepResult.load(folder)
     before = sw.num_traces()
@@ -374,10 +374,45 @@ def test_a_damaged_chunk_leaves_no_open_file(written, tmp_path):
     assert (~res.completed).sum() == 2 and res.completed.sum() == 2
 
 
+def test_an_emptied_chunk_or_a_nulled_hash_is_named(written, tmp_path):
+    out, clean = written
+    folder = _copy_of(out, tmp_path / "nulled")
+    # A summary whose recorded hash was set to null is not one written before hashes
+    # were recorded: it is refused, not read unchecked.
+    summary = folder / "chunk_00001.json"
+    info = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**info, "npz_sha256": None}))
+    with pytest.raises(
+        ValueError,
+        match=r"chunk_00001.npz is refused: .*chunk_00001.json records npz_sha256 = None, "
+        r"not a SHA-256",
+    ):
+        SweepResult.load(folder)
+    # An empty archive in a chunk's place: the missing array is named.
+    (folder / "chunk_00000.npz").write_bytes((out / "chunk_00000.npz").read_bytes())
+    summary.write_text(json.dumps(info))
+    np.savez(folder / "chunk_00000.npz")
+    with pytest.warns(
+        UserWarning,
+        match=r"skipping .*chunk_00000.npz: it cannot be read \(MissingArray: the archive "
+        r"holds no array 'fingerprint'\)",
+    ) as caught:
+        res = SweepResult.load(folder)
+    assert res.completed.sum() == 2
+    with pytest.warns(UserWarning, match=r"recomputing .*chunk_00000.npz: .*no array") as rerun:
+        again = sweep(A4, V4, 1.0, [0, 1, 2, 3], out_dir=folder, **OA)
+    # Both warnings point at the caller's line, not into the package.
+    for w in [*caught, *rerun]:
+        if "chunk_00000" in str(w.message):
+            assert w.filename == __file__
+    assert again.chunks_loaded == 1 and again.chunks_computed == 1
+    np.testing.assert_array_equal(again.R2, clean.R2)
+
+
 def test_a_strategy_change_is_refused_before_the_pilot(written, tmp_path, monkeypatch):
     out, res = written
     folder = _copy_of(out, tmp_path / "strategy")
-    # Ott–Antonsen members compact by default on CPU and run lockstep on an accelerator.
+    # Whichever strategy wrote the folder (Ott–Antonsen members run lockstep by default).
     old = res.plan["strategy"]
     new = {"compact": "lockstep", "lockstep": "compact"}[old]
 
@@ -418,8 +453,10 @@ def test_keyword_form_warns_when_float64_inputs_narrow(monkeypatch):
             UserWarning,
             match=r"AttentionDynamics: A was given as float64 and "
             r"cast to float32 .*: 4 of 4 entries changed",
-        ):
+        ) as caught:
             AttentionDynamics(A, I2)
+        # Attributed to this line, not to equinox's module machinery that runs __init__.
+        assert [w.filename for w in caught] == [__file__]
 
 
 def test_compaction_efficiency_counts_the_loop_iterations_the_pool_ran():
@@ -491,6 +528,27 @@ def test_a_sweep_whose_every_member_fails_warns_why():
     with pytest.warns(UserWarning, match=r"every one of the 4 members failed \(nonfinite_argument"):
         res = sweep(A, V4, 1.0, 0, **OA)
     assert res.failed.all()
+
+
+def test_a_sweep_whose_every_member_is_undetermined_names_the_horizon():
+    # At t1 = 5 no member's late window shows a regime; at t1 = 100 the four members are
+    # the four regimes clustering, rotating, oscillation, interior (REGIMES' order).
+    A = A4.copy()
+    A[0, 0, 0] = np.nan  # a failed member is not counted as undetermined
+    with pytest.warns(
+        UserWarning,
+        match=r"every one of the 3 members that ran is undetermined at t1 = 5 natural time "
+        r"units \(no regime is established over the late 50% of the run\)\. A longer "
+        r"horizon",
+    ) as caught:
+        short = sweep(A, V4, 1.0, 0, **OA)
+    assert [w.filename for w in caught if "undetermined" in str(w.message)] == [__file__]
+    assert short.failed.tolist() == [True, False, False, False]
+    assert (short.regime[1:] == sw.UNDETERMINED).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        long = sweep(A4, V4, 1.0, 0, **{**OA, "t1": 100.0, "num_save": 201})
+    assert long.regime.tolist() == [0, 1, 2, 3]
 
 
 def test_an_out_dir_that_is_a_file_is_named(tmp_path):

@@ -19,7 +19,6 @@ members are read by `simulate` and the sweeps when present:
 follow it; a user flow of ten lines does too (see `tests/test_families.py`).
 """
 
-import warnings
 from typing import Literal, NamedTuple
 
 import equinox as eqx
@@ -29,6 +28,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._custom_types import Matrix, Tokens
+from .._warn import warn_at_caller
 from ..sphere import _norm_from_squares, normalise, project_tangent, safe_norm
 
 __all__ = [
@@ -281,14 +281,12 @@ def _asarray_warn_cast(where: str, name: str, value):
     lost = narrowing(value, arr.dtype)
     if lost is not None:
         src = np.dtype(value.dtype).name
-        warnings.warn(
+        warn_at_caller(
             f"{where}: {name} was given as {src} and cast to {np.dtype(arr.dtype).name} "
             f"(64-bit floats are disabled in JAX): {lost.changed} of {lost.size} entries "
             f"changed, the largest by a relative {lost.worst:.3g} (entry {lost.index}: "
             f"{lost.before!r} -> {lost.after!r}). Enable float64 (jax.enable_x64) or cast "
-            f"{name} yourself to silence this.",
-            UserWarning,
-            stacklevel=4,
+            f"{name} yourself to silence this."
         )
     return arr
 
