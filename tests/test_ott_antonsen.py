@@ -114,6 +114,22 @@ def test_sample_wrapped_cauchy(getkey):
         assert abs(complex(order_parameter(row, 2)) - r) < 4 / np.sqrt(4000)
 
 
+def test_sample_wrapped_cauchy_keeps_its_half_open_range_in_float32():
+    # Near R0 = -1 many doubled angles φ = 2θ sit at ±π; in float32 some land on −π
+    # exactly (12 of these 3·10⁶ did), which must read as θ = π/2, not −π/2.
+    from jaxattn.dynamics._ott_antonsen import _wrapped_cauchy
+
+    draw = jax.jit(lambda k: _wrapped_cauchy(k, 10**6, -0.99, False, jnp.float32, "t"))
+    low, edge = np.float32(-np.pi / 2), 0
+    for seed in range(3):
+        theta, x = map(np.asarray, draw(jax.random.key(seed)))
+        assert theta.min() > low and theta.max() <= -low
+        edge += int(np.sum(theta >= -low - 1e-6))  # the end φ = π is reached
+        # The tokens are those of the angles (the antipode of the one first computed).
+        np.testing.assert_allclose(x, np.stack([np.cos(theta), np.sin(theta)], -1), atol=4e-7)
+    assert edge > 0
+
+
 @pytest.mark.parametrize(
     "n, R0, kwargs, match",
     [

@@ -242,6 +242,22 @@ def test_evenly_spread_constants_follow_ott_antonsen():
     assert err_zeta < 1e-9 and err_R < 1e-9
 
 
+def test_float32_inputs_give_a_float32_solution_with_a_python_beta():
+    # A Python float beta is weakly typed: it does not widen float32 inputs (it used to give
+    # complex128 solutions of float32 members under x64); a float64 beta does.
+    theta0 = jnp.linspace(-1.0, 1.2, 9)
+    A, V = jnp.eye(2), jnp.array([[0.2, 1.0], [-1.0, -0.2]])
+    f32 = [jnp.asarray(a, jnp.float32) for a in (A, V, theta0)]
+    ws64 = solve_watanabe_strogatz(A, V, theta0, t1=2.0, num_save=5)
+    ws32 = solve_watanabe_strogatz(*f32, t1=2.0, num_save=5, beta=1.0)
+    assert ws32.zeta.dtype == jnp.complex64 and ws32.ts.dtype == jnp.float32
+    assert float(jnp.max(jnp.abs(ws32.zeta - ws64.zeta))) < 1e-5
+    oa32 = solve_ott_antonsen(*f32[:2], 0.3 + 0.1j, t1=2.0, num_save=5, beta=1.0)
+    assert oa32.R.dtype == jnp.complex64
+    wide = solve_watanabe_strogatz(*f32, t1=2.0, num_save=5, beta=jnp.float64(1.0))
+    assert wide.zeta.dtype == jnp.complex128
+
+
 def test_bad_input():
     I2 = jnp.eye(2)
     good = jnp.array([0.1, 0.9, 2.0, -1.3])

@@ -202,7 +202,7 @@ def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
                 f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the "
                 f"closed unit disc."
             )
-    dtype = jnp.result_type(A.dtype, V.dtype, beta.dtype, jnp.real(R0).dtype, float)
+    dtype = jnp.result_type(A, V, beta, jnp.real(R0), float)  # a Python beta stays weak
     return A, V, beta, R0, dtype
 
 
@@ -378,6 +378,13 @@ def _wrapped_cauchy(key, n, R0, symmetric, dtype, where):
     big = jnp.where(right, big, jnp.copysign(big, y))
     other = y / (2 * big)
     c, s = jnp.where(right, big, other), jnp.where(right, other, big)
+    # arg z = −π (z on the negative real axis with a negative-zero imaginary part, or an
+    # angle just above −π rounded to it: 12 of 3·10⁶ float32 angles at R0 = −0.99) would
+    # give θ = −π/2, outside (−π/2, π/2]: it is the same φ = 2θ as π, so θ = π/2, and the
+    # token is the antipode of the one computed (c ≈ 0).
+    low = half <= -jnp.pi / 2
+    half = jnp.where(low, jnp.asarray(jnp.pi / 2, half.dtype), half)
+    c, s = jnp.where(low, -c, c), jnp.where(low, -s, s)
     if symmetric:
         flip = jax.random.bernoulli(k_flip, 0.5, (int(n),))
         half = jnp.where(flip, jnp.where(half > 0, half - jnp.pi, half + jnp.pi), half)
