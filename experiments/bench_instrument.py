@@ -67,8 +67,18 @@ def bench_defaults(pairs, n, t1, scipy_members):
         rates = {}
         for method in ("ott_antonsen", "watanabe_strogatz", "particles"):
             s, r = _timed(
-                lambda: sweep(A, V, 1.0, 0, method=method, n=n, t1=t1, num_save=101,
-                              time_scale=scale, progress=False)
+                lambda: sweep(
+                    A,
+                    V,
+                    1.0,
+                    0,
+                    method=method,
+                    n=n,
+                    t1=t1,
+                    num_save=101,
+                    time_scale=scale,
+                    progress=False,
+                )
             )
             rates[method] = pairs / s
             rows.append(
@@ -84,8 +94,10 @@ def bench_defaults(pairs, n, t1, scipy_members):
                 )
             )
         rows.append(
-            dict(name=f"WS / OA members/s, {scale} time",
-                 ratio=rates["watanabe_strogatz"] / rates["ott_antonsen"])
+            dict(
+                name=f"WS / OA members/s, {scale} time",
+                ratio=rates["watanabe_strogatz"] / rates["ott_antonsen"],
+            )
         )
     return rows
 
@@ -96,28 +108,46 @@ def bench_maps(quick):
         if quick:
             g, k = g // 4, max(k // 2, 1)
         t = time.perf_counter()
-        m = regime_map("rotating", {"a": np.linspace(-1, 1, g), "b": np.linspace(-1, 1, g)},
-                       method=method, n=n, inits=k, t1=100.0, num_save=201, progress=False)
+        m = regime_map(
+            "rotating",
+            {"a": np.linspace(-1, 1, g), "b": np.linspace(-1, 1, g)},
+            method=method,
+            n=n,
+            inits=k,
+            t1=100.0,
+            num_save=201,
+            progress=False,
+        )
         s = time.perf_counter() - t
         a = m.axes[0][1][:, None] * np.ones(g)[None, :]
         claims = m.predicted >= 0
         decided = (m.dominant >= 0) & (m.dominant != 5)
         agree = claims & decided & ~m.disagreements()
-        rows.append(dict(
-            name=f"rotating family, {method}, {g}×{g} × {k} inits (n = {n})",
-            seconds=s, members=m.regime.size, members_per_s=m.regime.size / s,
-            cells_with_claim=int(claims.sum()), decided=int((claims & decided).sum()),
-            agree=int(agree.sum()), disagree=int(m.disagreements().sum()),
-            undetermined_near_a0=int((claims & ~decided & (np.abs(a) < 0.2)).sum()),
-            lockstep_efficiency=m.sweep.lockstep_efficiency,
-        ))
+        rows.append(
+            dict(
+                name=f"rotating family, {method}, {g}×{g} × {k} inits (n = {n})",
+                seconds=s,
+                members=m.regime.size,
+                members_per_s=m.regime.size / s,
+                cells_with_claim=int(claims.sum()),
+                decided=int((claims & decided).sum()),
+                agree=int(agree.sum()),
+                disagree=int(m.disagreements().sum()),
+                undetermined_near_a0=int((claims & ~decided & (np.abs(a) < 0.2)).sum()),
+                lockstep_efficiency=m.sweep.lockstep_efficiency,
+            )
+        )
     return rows
 
 
 def _print(rows):
     for r in rows:
-        print("  " + "; ".join(
-            f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+        print(
+            "  "
+            + "; ".join(
+                f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()
+            )
+        )
 
 
 def main(*, quick=False, out_dir="bench_out"):
@@ -131,8 +161,7 @@ def main(*, quick=False, out_dir="bench_out"):
     m = bench_maps(quick)
     _print(m)
     with open(os.path.join(out_dir, "bench_instrument.json"), "w") as f:
-        json.dump(dict(defaults=d, maps=m, backend=jax.default_backend()), f, indent=1,
-                  default=str)
+        json.dump(dict(defaults=d, maps=m, backend=jax.default_backend()), f, indent=1, default=str)
 
 
 if __name__ == "__main__":

@@ -75,43 +75,121 @@ def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk, small=16)
     rows = []
 
     def add(name, seconds, members, res=None, note=""):
-        rows.append(dict(name=name, seconds=seconds, members=members,
-                         members_per_s=members / seconds, note=note,
-                         max_steps=int(res.num_steps.max()) if res is not None else None,
-                         mean_steps=float(res.num_steps.mean()) if res is not None else None))
+        rows.append(
+            dict(
+                name=name,
+                seconds=seconds,
+                members=members,
+                members_per_s=members / seconds,
+                note=note,
+                max_steps=int(res.num_steps.max()) if res is not None else None,
+                mean_steps=float(res.num_steps.mean()) if res is not None else None,
+            )
+        )
 
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="none",
-                                chunk_size=None, **kw))
-    add("particles, plain vmap (lockstep), physical t1", s, pairs, r,
-        "every member steps at the pace of the slowest")
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="stiffness",
-                                chunk_size=chunk, **kw))
-    add(f"particles, stiffness-grouped chunks of {chunk}, physical t1", s, pairs, r,
-        "members sorted by β‖A‖‖V‖ before chunking")
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="none",
-                                chunk_size=None, **kw))
-    add("particles, natural time (t1 in units of 1/(β‖A‖‖V‖))", s, pairs, r,
-        "same number of own time units per member")
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="pilot",
-                                chunk_size=small, **kw))
-    add(f"particles, OA-pilot-grouped chunks of {small}, physical t1", s, pairs, r,
-        "members sorted by the step count of an OA pilot sweep")
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="pilot",
-                                chunk_size=small, **kw))
+    s, r = _timed(
+        lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="none", chunk_size=None, **kw)
+    )
+    add(
+        "particles, plain vmap (lockstep), physical t1",
+        s,
+        pairs,
+        r,
+        "every member steps at the pace of the slowest",
+    )
+    s, r = _timed(
+        lambda: sweep(
+            A, V, 1.0, 0, time_scale="physical", group="stiffness", chunk_size=chunk, **kw
+        )
+    )
+    add(
+        f"particles, stiffness-grouped chunks of {chunk}, physical t1",
+        s,
+        pairs,
+        r,
+        "members sorted by β‖A‖‖V‖ before chunking",
+    )
+    s, r = _timed(
+        lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="none", chunk_size=None, **kw)
+    )
+    add(
+        "particles, natural time (t1 in units of 1/(β‖A‖‖V‖))",
+        s,
+        pairs,
+        r,
+        "same number of own time units per member",
+    )
+    s, r = _timed(
+        lambda: sweep(A, V, 1.0, 0, time_scale="physical", group="pilot", chunk_size=small, **kw)
+    )
+    add(
+        f"particles, OA-pilot-grouped chunks of {small}, physical t1",
+        s,
+        pairs,
+        r,
+        "members sorted by the step count of an OA pilot sweep",
+    )
+    s, r = _timed(
+        lambda: sweep(A, V, 1.0, 0, time_scale="natural", group="pilot", chunk_size=small, **kw)
+    )
     add(f"particles, natural time + OA-pilot-grouped chunks of {small}", s, pairs, r)
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
-                                time_scale="physical", group="none", chunk_size=None, **kw))
+    s, r = _timed(
+        lambda: sweep(
+            A,
+            V,
+            1.0,
+            0,
+            method="watanabe_strogatz",
+            time_scale="physical",
+            group="none",
+            chunk_size=None,
+            **kw,
+        )
+    )
     add("Watanabe–Strogatz (exact), plain vmap, physical t1", s, pairs, r)
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
-                                time_scale="physical", group="pilot", chunk_size=small, **kw))
-    add(f"Watanabe–Strogatz (exact), OA-pilot-grouped chunks of {small}, physical t1", s,
-        pairs, r)
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="watanabe_strogatz",
-                                time_scale="natural", group="pilot", chunk_size=small, **kw))
-    add(f"Watanabe–Strogatz (exact), natural time + OA-pilot-grouped chunks of {small}", s,
-        pairs, r)
-    s, r = _timed(lambda: sweep(A, V, 1.0, 0, method="ott_antonsen", time_scale="physical",
-                                group="stiffness", chunk_size=chunk, **kw))
+    s, r = _timed(
+        lambda: sweep(
+            A,
+            V,
+            1.0,
+            0,
+            method="watanabe_strogatz",
+            time_scale="physical",
+            group="pilot",
+            chunk_size=small,
+            **kw,
+        )
+    )
+    add(f"Watanabe–Strogatz (exact), OA-pilot-grouped chunks of {small}, physical t1", s, pairs, r)
+    s, r = _timed(
+        lambda: sweep(
+            A,
+            V,
+            1.0,
+            0,
+            method="watanabe_strogatz",
+            time_scale="natural",
+            group="pilot",
+            chunk_size=small,
+            **kw,
+        )
+    )
+    add(
+        f"Watanabe–Strogatz (exact), natural time + OA-pilot-grouped chunks of {small}", s, pairs, r
+    )
+    s, r = _timed(
+        lambda: sweep(
+            A,
+            V,
+            1.0,
+            0,
+            method="ott_antonsen",
+            time_scale="physical",
+            group="stiffness",
+            chunk_size=chunk,
+            **kw,
+        )
+    )
     add(f"Ott–Antonsen, grouped chunks of {chunk}, physical t1", s, pairs, r)
 
     # Solo jitted solves in a loop (one compile, then per-member calls).
@@ -119,8 +197,7 @@ def bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk, small=16)
 
     @eqx.filter_jit
     def solo(a, v, x0):
-        tr = simulate(AttentionDynamics(a, v), x0, t1=t1, ts=ts, rtol=1e-7, atol=1e-9,
-                      throw=False)
+        tr = simulate(AttentionDynamics(a, v), x0, t1=t1, ts=ts, rtol=1e-7, atol=1e-9, throw=False)
         return tr.xs[-1], tr.num_steps
 
     x0s = []
@@ -155,11 +232,17 @@ def bench_reduced(n, members, t1):
     sw, rw = _timed(lambda: sweep(A, V, 1.0, 0, n=n, method="watanabe_strogatz", **kw))
     so, ro = _timed(lambda: sweep(A, V, 1.0, 0, method="ott_antonsen", **kw), repeat=3)
     return dict(
-        n=n, members=members, t1_natural=t1,
-        particles_s=sp, ws_s=sw, oa_s=so,
-        particles_members_per_s=members / sp, ws_members_per_s=members / sw,
+        n=n,
+        members=members,
+        t1_natural=t1,
+        particles_s=sp,
+        ws_s=sw,
+        oa_s=so,
+        particles_members_per_s=members / sp,
+        ws_members_per_s=members / sw,
         oa_members_per_s=members / so,
-        oa_speedup=sp / so, ws_speedup=sp / sw,
+        oa_speedup=sp / so,
+        ws_speedup=sp / sw,
         labels_equal_ws=float(np.mean(rp.regime == rw.regime)),
         labels_equal_oa=float(np.mean(rp.regime == ro.regime)),
     )
@@ -208,8 +291,13 @@ def bench_xla_flag(pairs, n):
     rows = []
     for flag in ("", CPU_FLAG):
         env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + flag).strip())
-        out = subprocess.run([sys.executable, "-c", _FLAG_SCRIPT, str(pairs), str(n)], env=env,
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", _FLAG_SCRIPT, str(pairs), str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         res = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(dict(flag=flag or "(none)", **res))
     return rows
@@ -218,10 +306,16 @@ def bench_xla_flag(pairs, n):
 def bench_devices(pairs, n, counts=(1, 2, 8)):
     rows = []
     for k in counts:
-        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={k}",
-                   JAX_PLATFORMS="cpu")
-        out = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, str(pairs), str(n)],
-                             env=env, capture_output=True, text=True, check=True)
+        env = dict(
+            os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={k}", JAX_PLATFORMS="cpu"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", _DEVICE_SCRIPT, str(pairs), str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return rows
 
@@ -234,10 +328,19 @@ def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096), checkpoints=None
     ts = jnp.linspace(t1 / 2, t1, 11)
     rows = []
     for m in max_steps:
+
         def loss(A, m=m):
-            tr = simulate(AttentionDynamics(A, V), x0, t1=t1, ts=ts, max_steps=m,
-                          rtol=1e-6, atol=1e-8, throw=False,
-                          adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints))
+            tr = simulate(
+                AttentionDynamics(A, V),
+                x0,
+                t1=t1,
+                ts=ts,
+                max_steps=m,
+                rtol=1e-6,
+                atol=1e-8,
+                throw=False,
+                adjoint=diffrax.RecursiveCheckpointAdjoint(checkpoints=checkpoints),
+            )
             C = jnp.einsum("tnd,tne->tde", tr.xs, tr.xs) / n
             return jnp.mean(C**2)
 
@@ -245,12 +348,22 @@ def bench_memory(n=256, d=64, t1=100.0, max_steps=(1024, 4096), checkpoints=None
         compiled = g.lower(A).compile()
         mem = compiled.memory_analysis()
         temp = getattr(mem, "temp_size_in_bytes", None)
-        total = sum(getattr(mem, f, 0) or 0 for f in ("temp_size_in_bytes", "argument_size_in_bytes",
-                                                       "output_size_in_bytes"))
+        total = sum(
+            getattr(mem, f, 0) or 0
+            for f in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes")
+        )
         t = time.perf_counter()
         jax.block_until_ready(compiled(A))
-        rows.append(dict(max_steps=m, checkpoints=checkpoints, temp_bytes=temp, total_bytes=total,
-                         seconds=time.perf_counter() - t, state_bytes=n * d * 8))
+        rows.append(
+            dict(
+                max_steps=m,
+                checkpoints=checkpoints,
+                temp_bytes=temp,
+                total_bytes=total,
+                seconds=time.perf_counter() - t,
+                state_bytes=n * d * 8,
+            )
+        )
     rows[-1]["growth_vs_first"] = rows[-1]["total_bytes"] / rows[0]["total_bytes"]
     return rows
 
@@ -264,47 +377,91 @@ def _table(rows, cols, headers):
         print(" | ".join(c(r).ljust(w) for c, w in zip(cols, widths)))
 
 
-def main(*, quick=False, pairs=512, n=256, t1=50.0, out_dir="bench_out", n_reduced=10_000,
-         reduced_members=None, scipy_members=None, solo_members=None, chunk=64,
-         devices=(1, 2, 8)):
+def main(
+    *,
+    quick=False,
+    pairs=512,
+    n=256,
+    t1=50.0,
+    out_dir="bench_out",
+    n_reduced=10_000,
+    reduced_members=None,
+    scipy_members=None,
+    solo_members=None,
+    chunk=64,
+    devices=(1, 2, 8),
+):
     os.makedirs(out_dir, exist_ok=True)
     scipy_members = scipy_members or (4 if quick else 16)
     solo_members = solo_members or (16 if quick else 64)
     reduced_members = reduced_members or (8 if quick else 32)
-    report = dict(quick=quick, cpu_count=os.cpu_count(), devices=[str(d) for d in jax.devices()],
-                  note="timings on a shared CPU; compile excluded")
+    report = dict(
+        quick=quick,
+        cpu_count=os.cpu_count(),
+        devices=[str(d) for d in jax.devices()],
+        note="timings on a shared CPU; compile excluded",
+    )
     print(f"== 1. throughput: {pairs} random (A, V) pairs, d = 2, n = {n}, t1 = {t1}")
     report["throughput"] = bench_throughput(pairs, n, t1, scipy_members, solo_members, chunk)
-    _table(report["throughput"],
-           [lambda r: r["name"], lambda r: f"{r['members_per_s']:.1f}",
+    _table(
+        report["throughput"],
+        [
+            lambda r: r["name"],
+            lambda r: f"{r['members_per_s']:.1f}",
             lambda r: f"{r['speedup_vs_scipy']:.1f}×",
-            lambda r: "" if r["max_steps"] is None else f"{r['mean_steps']:.0f}/{r['max_steps']}"],
-           ["configuration", "members/s", "vs scipy", "steps mean/max"])
+            lambda r: "" if r["max_steps"] is None else f"{r['mean_steps']:.0f}/{r['max_steps']}",
+        ],
+        ["configuration", "members/s", "vs scipy", "steps mean/max"],
+    )
     print(f"\n== 2. reduced sweeps vs particles at n = {n_reduced} ({reduced_members} members)")
     red = bench_reduced(n_reduced, reduced_members, 50.0)
     report["reduced"] = red
-    _table([red], [lambda r: f"{r['particles_members_per_s']:.2f}", lambda r: f"{r['ws_members_per_s']:.2f}",
-                   lambda r: f"{r['oa_members_per_s']:.1f}", lambda r: f"{r['oa_speedup']:.0f}×",
-                   lambda r: f"{r['labels_equal_ws']:.2f}", lambda r: f"{r['labels_equal_oa']:.2f}"],
-           ["particles m/s", "WS m/s", "OA m/s", "OA speed-up", "labels = (WS)", "labels = (OA)"])
+    _table(
+        [red],
+        [
+            lambda r: f"{r['particles_members_per_s']:.2f}",
+            lambda r: f"{r['ws_members_per_s']:.2f}",
+            lambda r: f"{r['oa_members_per_s']:.1f}",
+            lambda r: f"{r['oa_speedup']:.0f}×",
+            lambda r: f"{r['labels_equal_ws']:.2f}",
+            lambda r: f"{r['labels_equal_oa']:.2f}",
+        ],
+        ["particles m/s", "WS m/s", "OA m/s", "OA speed-up", "labels = (WS)", "labels = (OA)"],
+    )
     if devices:
         print(f"\n== 3. host devices ({pairs} pairs, n = {n}, natural time)")
         report["devices_scaling"] = bench_devices(pairs, n, devices)
-        _table(report["devices_scaling"], [lambda r: str(r["devices"]), lambda r: f"{r['members_per_s']:.1f}"],
-               ["devices", "members/s"])
+        _table(
+            report["devices_scaling"],
+            [lambda r: str(r["devices"]), lambda r: f"{r['members_per_s']:.1f}"],
+            ["devices", "members/s"],
+        )
     print(f"\n== 4. XLA CPU fusion flag ({pairs} pairs, n = {n}, natural time, pilot chunks of 16)")
     report["xla_flag"] = bench_xla_flag(pairs, n)
-    _table(report["xla_flag"], [lambda r: r["flag"][:40], lambda r: f"{r['particles']:.1f}",
-                                lambda r: f"{r['watanabe_strogatz']:.1f}"],
-           ["XLA_FLAGS", "particles m/s", "WS m/s"])
+    _table(
+        report["xla_flag"],
+        [
+            lambda r: r["flag"][:40],
+            lambda r: f"{r['particles']:.1f}",
+            lambda r: f"{r['watanabe_strogatz']:.1f}",
+        ],
+        ["XLA_FLAGS", "particles m/s", "WS m/s"],
+    )
     print("\n== 5. memory of jax.grad through a solve (n = 256, d = 64, t1 = 100)")
     report["memory"] = bench_memory() + bench_memory(checkpoints=32)
-    _table(report["memory"], [lambda r: str(r["max_steps"]),
-                              lambda r: "log(max_steps) (default)" if r["checkpoints"] is None else str(r["checkpoints"]),
-                              lambda r: f"{r['total_bytes'] / 2**20:.1f} MiB",
-                              lambda r: f"{r['seconds']:.2f} s",
-                              lambda r: f"{r['growth_vs_first']:.2f}×" if "growth_vs_first" in r else ""],
-           ["max_steps", "checkpoints", "compiled buffers", "grad time", "growth (4× steps)"])
+    _table(
+        report["memory"],
+        [
+            lambda r: str(r["max_steps"]),
+            lambda r: (
+                "log(max_steps) (default)" if r["checkpoints"] is None else str(r["checkpoints"])
+            ),
+            lambda r: f"{r['total_bytes'] / 2**20:.1f} MiB",
+            lambda r: f"{r['seconds']:.2f} s",
+            lambda r: f"{r['growth_vs_first']:.2f}×" if "growth_vs_first" in r else "",
+        ],
+        ["max_steps", "checkpoints", "compiled buffers", "grad time", "growth (4× steps)"],
+    )
     with open(os.path.join(out_dir, "bench_sweep.json"), "w") as f:
         json.dump(report, f, indent=1)
     return report
@@ -319,5 +476,11 @@ if __name__ == "__main__":
     p.add_argument("--n-reduced", type=int, default=10_000)
     p.add_argument("--no-devices", action="store_true")
     a = p.parse_args()
-    main(quick=a.quick, pairs=a.pairs, n=a.n, out_dir=a.out, n_reduced=a.n_reduced,
-         devices=() if a.no_devices else (1, 2, 8))
+    main(
+        quick=a.quick,
+        pairs=a.pairs,
+        n=a.n,
+        out_dir=a.out,
+        n_reduced=a.n_reduced,
+        devices=() if a.no_devices else (1, 2, 8),
+    )

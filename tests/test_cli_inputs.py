@@ -98,9 +98,7 @@ _BAD_FILES = [
 
 @pytest.mark.parametrize("flag", ["--A", "--V"])
 @pytest.mark.parametrize("name, content, words", _BAD_FILES, ids=[b[0] for b in _BAD_FILES])
-def test_simulate_refuses_a_bad_matrix_file(
-    tmp_path, capsys, no_solve, flag, name, content, words
-):
+def test_simulate_refuses_a_bad_matrix_file(tmp_path, capsys, no_solve, flag, name, content, words):
     if content is _TRUNCATED:
         content = _truncated(tmp_path, name[-4:])
     path = _write(tmp_path / name, content)

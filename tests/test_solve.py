@@ -203,8 +203,9 @@ def test_forward_mode_through_the_projected_solver():
 
     def loss(A, adjoint):
         field = AttentionDynamics(A, V)
-        traj = simulate(field, x0, t1=2.0, ts=jnp.array([0.0, 2.0]), rtol=1e-11, atol=1e-13,
-                        adjoint=adjoint)
+        traj = simulate(
+            field, x0, t1=2.0, ts=jnp.array([0.0, 2.0]), rtol=1e-11, atol=1e-13, adjoint=adjoint
+        )
         return jnp.sum(W * traj.final)
 
     _, jvp = jax.jit(lambda A, E: jax.jvp(lambda a: loss(a, diffrax.ForwardMode()), (A,), (E,)))(

@@ -181,9 +181,7 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         hint = " (a .json file holds the matrix itself: a nested list of numbers)" * (
             suffix == ".json"
         )
-        raise ValueError(
-            f"{flag}: {path} does not hold an array of real numbers ({what}){hint}."
-        )
+        raise ValueError(f"{flag}: {path} does not hold an array of real numbers ({what}){hint}.")
     M = M.astype(np.float64)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
         raise ValueError(
