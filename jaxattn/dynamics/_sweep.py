@@ -95,7 +95,6 @@ import operator
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -107,6 +106,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._npz import check_recorded_sha256, load_npz_bytes, read_error_reason
+from .._warn import warn_at_caller
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
 from ._ott_antonsen import (
@@ -1995,16 +1995,14 @@ def _flow_params(dynamic, batched, B) -> dict:
     return out
 
 
-def _warn_narrowed(narrowed: list[str], dtype, *, advice: str, stacklevel: int):
+def _warn_narrowed(narrowed: list[str], dtype, *, advice: str):
     """The sweeps' warning for parameters changed by the cast to JAX's default float
     (`narrowed`: `"name (k of N)"` per parameter, from `_vector_field.narrowing`)."""
-    warnings.warn(
+    warn_at_caller(
         f"sweep: the members' {', '.join(narrowed)} entries changed when cast to "
         f"{np.dtype(dtype).name}, JAX's default float (64-bit floats are disabled). "
         f"Enable float64 (jax.config.update('jax_enable_x64', True)) or pass {advice} to "
-        "choose the precision and silence this.",
-        UserWarning,
-        stacklevel=stacklevel + 1,
+        "choose the precision and silence this."
     )
 
 
@@ -2030,7 +2028,7 @@ def _cast_flow(flow, dtype, *, warn_narrowing=False):
 
     out = jax.tree_util.tree_map_with_path(cast, flow)
     if narrowed:
-        _warn_narrowed(narrowed, dtype, advice="Integration(dtype=...)", stacklevel=4)
+        _warn_narrowed(narrowed, dtype, advice="Integration(dtype=...)")
     return out
 
 
@@ -2143,12 +2141,10 @@ def _run(
     if dtype.itemsize > widest.itemsize:
         # JAX computes in `widest`: say so, and record what was computed (the result used to
         # record `dtype`).
-        warnings.warn(
+        warn_at_caller(
             f"sweep: dtype {dtype.name} needs 64-bit floats, which are disabled in JAX; the "
             f"sweep runs in {widest.name} (jax.config.update('jax_enable_x64', True) first "
-            "for float64).",
-            UserWarning,
-            stacklevel=3,
+            "for float64)."
         )
         dtype = widest
     try:
@@ -2188,10 +2184,9 @@ def _run(
     mesh, ndev = _devices_mesh()
     strategy = runner.strategy
     if strategy == "compact" and cfg.lyapunov:
-        warnings.warn(
+        warn_at_caller(
             "sweep: Lyapunov members (Judge(lyapunov>0)) run in lockstep; "
-            "strategy='compact' does not apply to them.",
-            stacklevel=3,
+            "strategy='compact' does not apply to them."
         )
     on_cpu = jax.devices()[0].platform == "cpu"
     if strategy == "auto":
@@ -2224,12 +2219,10 @@ def _run(
     # are ordered: a difference in any of them is a different fingerprint).
     _check_first_member(members, flow, cfg, dtype)
     if members.method == "particles" and cfg.n == 1:
-        warnings.warn(
+        warn_at_caller(
             "sweep: n = 1 token is a degenerate configuration (one token is not a cluster; "
             "its clustering gap is zero by definition); every member's regime is reported "
-            "as undetermined.",
-            UserWarning,
-            stacklevel=3,
+            "as undetermined."
         )
     resumed = None  # the manifest of the folder this call resumes
     if runner.out_dir is not None and runner.resume:
@@ -2259,10 +2252,9 @@ def _run(
         used = f"chunks of {max_chunk} member(s) are used"
         if sizes != planned:
             used = f"the chunks of the folder being resumed ({_short(sizes)}) are used"
-        warnings.warn(
+        warn_at_caller(
             f"sweep: memory_budget={runner.memory_budget:.0f} B is below one member's "
-            f"{per_member} B; {used}.",
-            stacklevel=3,
+            f"{per_member} B; {used}."
         )
     # Segments of K steps, K dividing max_steps (a member stops at max_steps exactly).
     asked = runner.segment_steps
@@ -2270,12 +2262,11 @@ def _run(
         asked = CPU_SEGMENT_STEPS[members.method] if on_cpu else SEGMENT_STEPS
     steps = segment_length(asked, cfg.max_steps)
     if compact and runner.segment_steps is not None and steps < runner.segment_steps:
-        warnings.warn(
+        warn_at_caller(
             f"sweep: segment_steps={runner.segment_steps} does not divide max_steps="
             f"{cfg.max_steps}; segments of {steps} steps are used instead (a member must stop "
             "at max_steps exactly). Choose segment_steps dividing max_steps to keep longer "
-            "segments.",
-            stacklevel=3,
+            "segments."
         )
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     plan = dict(
@@ -2304,13 +2295,12 @@ def _run(
         pool = max(plan["slots_per_device"]) > 1
         if runner.segment_steps is None and pool and 2 * steps < asked and steps < cfg.max_steps:
             # A pool of several slots in short segments: each one re-enters the solver.
-            warnings.warn(
+            warn_at_caller(
                 f"sweep: max_steps={cfg.max_steps} has no divisor near the pool's segment "
                 f"length {asked}; segments of {steps} step{'' if steps == 1 else 's'} are used "
                 "(a member must stop at max_steps exactly), which makes the pool slow. "
                 f"Choose max_steps a multiple of {asked} (e.g. "
-                f"{max(asked, cfg.max_steps // asked * asked)}) or pass segment_steps.",
-                stacklevel=3,
+                f"{max(asked, cfg.max_steps // asked * asked)}) or pass segment_steps."
             )
 
     # Fingerprint: the inputs and every option that changes a member's result.
@@ -2513,11 +2503,9 @@ def _warn_if_all_failed(outs) -> None:
     codes, counts = np.unique(np.asarray(outs["result"]), return_counts=True)
     order = np.argsort(-counts)
     why = ", ".join(f"{result_message(codes[i])} ({counts[i]})" for i in order[:3])
-    warnings.warn(
+    warn_at_caller(
         f"sweep: every one of the {failed.size} members failed ({why}); see "
-        "SweepResult.failures() for each member's parameters.",
-        UserWarning,
-        stacklevel=4,
+        "SweepResult.failures() for each member's parameters."
     )
 
 
@@ -2528,19 +2516,18 @@ def _warn_if_all_undetermined(outs, cfg) -> None:
     `t1` cannot show (16 random pairs, OA, natural time: all undetermined at t1 = 5,
     three quarters clustering at t1 = 50); near a bifurcation convergence is algebraic
     and stays undetermined at any horizon."""
+    if cfg.method == "particles" and cfg.n == 1:
+        return  # one token is never a regime, whatever the horizon (warned as such)
     regime = np.asarray(outs["regime"])
     ran = regime[~np.asarray(outs["failed"], bool)]
     if ran.size < 2 or not (ran == UNDETERMINED).all():
         return
     unit = "natural time units" if cfg.natural else "time units"
-    warnings.warn(
+    warn_at_caller(
         f"sweep: every one of the {ran.size} members that ran is undetermined at t1 = "
         f"{cfg.t1:g} {unit} (no regime is established over the late {cfg.window:.0%} of the "
-        "run). A longer horizon (t1; the default is 100) settles the "
-        "regimes of most flows; members near a bifurcation converge algebraically and "
-        "stay undetermined.",
-        UserWarning,
-        stacklevel=4,
+        "run). A longer horizon t1 settles the regimes of most flows; members near a "
+        "bifurcation converge algebraically and stay undetermined."
     )
 
 
@@ -2693,8 +2680,7 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
             raise  # refused above, in its own words
         problem = f"it cannot be read ({read_error_reason(err)})"
     verb = "skipping" if strict else "recomputing"
-    # The caller's line: user -> sweep -> _run -> here, or user -> load -> _load_sweep -> here.
-    warnings.warn(f"{who}: {verb} {path}: {problem}.", stacklevel=4)
+    warn_at_caller(f"{who}: {verb} {path}: {problem}.")
     return None
 
 
@@ -2742,11 +2728,10 @@ def _load_sweep(out_dir: str) -> SweepResult:
             if os.path.exists(path[:-4] + ".json"):
                 # Its summary is written first: the archive was removed, or its writing
                 # was interrupted. Either way its members were not kept.
-                warnings.warn(
+                warn_at_caller(
                     f"SweepResult.load: {path} is missing beside its summary "
                     f"{path[:-4]}.json (removed, or its writing was interrupted); its {cs} "
-                    "members are reported not run.",
-                    stacklevel=3,
+                    "members are reported not run."
                 )
             continue
         found = _load_chunk(path, idx, fingerprint, strict=True)
@@ -3007,7 +2992,7 @@ def _attention_members(
             if lost is not None:
                 narrowed.append(f"{name} ({lost.changed} of {lost.size})")
         if narrowed:
-            _warn_narrowed(narrowed, dtype, advice="dtype=...", stacklevel=3)
+            _warn_narrowed(narrowed, dtype, advice="dtype=...")
     Am, Vm, bm = A[ia].astype(dtype), V[iv].astype(dtype), beta[ib].astype(dtype)
     if score_shift == "auto":
         finite = np.where(np.isfinite(Am), Am, 0).astype(np.float64)

@@ -25,6 +25,7 @@ taken one at a time (`AttentionDynamics`, softmax kernel; Geshkovski et al., arX
 from __future__ import annotations
 
 import math
+import warnings
 
 import equinox as eqx
 import jax
@@ -265,14 +266,17 @@ def operator_regimes(
                 flows[f"head {h}"] = op.flow(head=h, kernel=kernel)
         entry = {"label": str(label), "beta": float(op.beta), "flows": {}}
         for name, flow in flows.items():
-            res = sweep(
-                Members(flow, seeds=seeds, n=int(n), init="uniform", batched=False),
-                integration=Integration(
-                    float(t1), int(num_save), rtol=rtol, atol=atol, max_steps=int(max_steps)
-                ),
-                judge=Judge(),
-                runner=Runner(chunk_size=None, progress=False),
-            )
+            with warnings.catch_warnings():
+                # Its table reports the undetermined fraction itself.
+                warnings.filterwarnings("ignore", message="sweep: every one of .* undetermined")
+                res = sweep(
+                    Members(flow, seeds=seeds, n=int(n), init="uniform", batched=False),
+                    integration=Integration(
+                        float(t1), int(num_save), rtol=rtol, atol=atol, max_steps=int(max_steps)
+                    ),
+                    judge=Judge(),
+                    runner=Runner(chunk_size=None, progress=False),
+                )
             names = [
                 REGIME_NAMES[c] if 0 <= c < len(REGIME_NAMES) else "failed"
                 for c in np.asarray(res.regime).tolist()
