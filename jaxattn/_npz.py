@@ -45,24 +45,34 @@ class NpzArrays(dict):
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def check_recorded_sha256(meta: dict, data: bytes, where: str) -> None:
-    """Check the bytes `data` of an archive against the SHA-256 recorded in its summary
-    `meta` under `"npz_sha256"`. Summaries written before hashes were recorded have no such
-    key and are not checked; a key that is present must hold a hash.
+def recorded_sha256(meta: dict, where: str) -> str | None:
+    """The SHA-256 an archive's summary `meta` (read from the file `where`) records under
+    `"npz_sha256"`, or None for a summary written before hashes were recorded (no such
+    key). A key that is present must hold a hash as `hashlib` writes it.
 
-    **Raises:** `ValueError` when the recorded value is not a SHA-256 (64 lower-case hex
-    digits: the summary `where` was edited or damaged) or differs from the archive's (the
-    archive was altered after it was written).
+    **Raises:** `ValueError` when the recorded value is not 64 lower-case hex digits (the
+    summary was edited or is damaged).
     """
     if "npz_sha256" not in meta:
-        return
+        return None
     recorded = meta["npz_sha256"]
     if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
         raise ValueError(
-            f"{where} records npz_sha256 = {recorded!r}, not a SHA-256 (64 hex digits): "
-            "the summary was edited or is damaged"
+            f"{where} records npz_sha256 = {recorded!r}, not a SHA-256 (64 lower-case hex "
+            "digits): the summary was edited or is damaged"
         )
-    if hashlib.sha256(data).hexdigest() != recorded:
+    return recorded
+
+
+def check_recorded_sha256(meta: dict, data: bytes, where: str) -> None:
+    """Check the bytes `data` of an archive against the SHA-256 recorded in its summary
+    `meta` (`recorded_sha256`; summaries without one are not checked).
+
+    **Raises:** `ValueError` as `recorded_sha256`, or when the archive's SHA-256 differs
+    from the recorded one (the archive was altered after it was written).
+    """
+    recorded = recorded_sha256(meta, where)
+    if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
         raise ValueError(
             f"its SHA-256 differs from the one recorded in {where}: it was altered after "
             "it was written"
@@ -76,6 +86,10 @@ def read_error_reason(err: BaseException) -> str:
     whitespace folded and cut at 300 characters."""
     if isinstance(err, NotNumpyFile):
         return str(err)
+    if isinstance(err, ValueError) and "allow_pickle=False" in str(err):
+        # NumPy's text for an object array inside a file: true, but it reads as advice to
+        # unpickle, which jaxattn never does with a file it did not write.
+        return "an array of Python objects, which is never unpickled (allow_pickle=False)"
     return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 

@@ -53,6 +53,12 @@ def test_map_command_writes_a_reloadable_map(tmp_path, capsys):
     assert "holds a different map" in capsys.readouterr().err
     assert main(other + ["--overwrite"]) == 0
     assert RegimeMap.load(out).cells == (3, 3)
+    # A damaged sweep manifest: the advice is this command's flag, not the library's.
+    (out / "sweep" / "manifest.json").write_text("{")
+    assert main(other) == 2
+    err = capsys.readouterr().err
+    assert "manifest.json is damaged" in err and "pass --overwrite" in err
+    assert "resume=False" not in err
 
 
 @pytest.mark.parametrize(

@@ -80,9 +80,13 @@ def test_damaged_and_foreign_files_are_named_not_unpickled(tmp_path):
     obj = np.empty(1, dtype=object)
     obj[0] = _Unpickled(marker)
     np.savez(tmp_path / "objects.npz", o=obj)
-    with pytest.raises(ValueError, match="allow_pickle"):
+    with pytest.raises(ValueError, match="allow_pickle") as e:
         load_npz(tmp_path / "objects.npz")
     assert not marker.exists()
+    # Readers word it as what the file holds, not as NumPy's hint to load it unsafely.
+    assert read_error_reason(e.value) == (
+        "an array of Python objects, which is never unpickled (allow_pickle=False)"
+    )
 
 
 def test_check_numpy_bytes_names_what_it_expects():

@@ -4,6 +4,7 @@ its closed form, and frame independence of the Ott–Antonsen regimes."""
 
 import json
 import os
+import shutil
 
 import equinox as eqx
 import jax
@@ -278,6 +279,32 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     (bad / "regime_map.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="damaged or foreign"):
         RegimeMap.load(bad)
+    # Every setting is read before the map is built: an edited summary names itself.
+    meta = json.loads((out / "regime_map.json").read_text())
+    edits = {
+        "KeyError: 'boundaries'": {k: v for k, v in meta.items() if k != "boundaries"},
+        "not iterable": {**meta, "boundaries": None},
+        "KeyError: 'family'": {k: v for k, v in meta.items() if k != "family"},
+        "could not convert string to float": {**meta, "seconds": "x"},
+        "KeyError: 'inits'": {k: v for k, v in meta.items() if k != "inits"},
+        "JSON list, not an object": [meta],
+        "64 lower-case hex": {**meta, "npz_sha256": meta["npz_sha256"].upper()},
+    }
+    for message, edited in edits.items():
+        (bad / "regime_map.json").write_text(json.dumps(edited))
+        with pytest.raises(ValueError, match=f"regime_map.json is damaged or foreign .*{message}"):
+            RegimeMap.load(bad)
+
+
+def test_a_map_whose_sweep_folder_is_unreadable_loads_without_it(rotating_map, tmp_path):
+    _, out = rotating_map
+    folder = tmp_path / "map"
+    shutil.copytree(out, folder)
+    (folder / "sweep" / "manifest.json").write_text("[")
+    with pytest.warns(UserWarning, match=r"read without its sweep .*manifest.json is damaged") as w:
+        back = RegimeMap.load(folder)
+    assert [x.filename for x in w] == [__file__] and back.sweep is None
+    np.testing.assert_array_equal(back.regime, RegimeMap.load(out).regime)
 
 
 def test_interrupted_sweep_reloads_with_members_not_run(tmp_path):

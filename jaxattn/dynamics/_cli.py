@@ -160,14 +160,6 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         # dozen unrelated types on a truncated or corrupt file (BadZipFile, EOFError,
         # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
         why = read_error_reason(err)
-        if "allow_pickle" in why:
-            # NumPy's words for an array of Python objects (bytes that are no NumPy file
-            # at all are named by `jaxattn._npz`): its hint, to load unsafely, is not advice
-            # to give about a user's file.
-            why = (
-                "not a NumPy .npy/.npz array file, or an array of Python objects, which is "
-                "never unpickled: allow_pickle=False"
-            )
         raise ValueError(f"{flag}: cannot read a matrix from {path} ({why}).") from None
     if M is None:
         held = f"holds {keys}" if keys else "holds no arrays"

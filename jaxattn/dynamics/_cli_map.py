@@ -237,6 +237,10 @@ def _run_map(args) -> int:
                 f"{args.out} holds a different map; pass another --out, or --overwrite to "
                 "replace it."
             ) from None
+        if "resume=False" in str(err):  # the library's advice, in this command's words
+            raise ValueError(
+                str(err).replace("pass resume=False to overwrite the folder", "pass --overwrite")
+            ) from None
         raise
     if m.failed.all():
         print(

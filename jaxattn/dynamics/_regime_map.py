@@ -24,7 +24,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._npz import check_recorded_sha256, load_npz_bytes
+from .._npz import load_npz_bytes, recorded_sha256
+from .._warn import warn_at_caller
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
@@ -418,45 +419,66 @@ class RegimeMap:
         try:
             with open(jpath) as f:
                 meta = json.load(f)
-            names = meta["axes"]
+            if not isinstance(meta, dict):
+                raise TypeError(f"it holds a JSON {type(meta).__name__}, not an object")
+            names = [str(n) for n in meta["axes"]]
             if meta["regime_names"] != list(REGIME_NAMES):
                 raise ValueError(
                     f"it was written with regimes {meta['regime_names']}, this version has "
                     f"{list(REGIME_NAMES)}"
                 )
+            recorded = recorded_sha256(meta, jpath)
+            inits = int(meta["inits"])
+            settings = dict(
+                family=str(meta["family"]),
+                method=str(meta["method"]),
+                kernel=str(meta.get("kernel", "lsa")),
+                fixed=dict(meta["fixed"]),
+                inits=inits,
+                seconds=float(meta.get("seconds", 0.0)),
+                boundaries=[
+                    dict(
+                        label=b["label"],
+                        x=np.asarray(b["x"], float),
+                        y=None if b["y"] is None else np.asarray(b["y"], float),
+                    )
+                    for b in meta["boundaries"]
+                ],
+            )
         except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
+            why = f"{type(err).__name__}: {err}" if isinstance(err, KeyError) else err
+            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({why}).") from None
         try:
             with open(npath, "rb") as f:
                 data = f.read()
             arrays = load_npz_bytes(data)  # a damaged file is named so before any hash
-            check_recorded_sha256(meta, data, jpath)
+            if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+                raise ValueError(
+                    f"its SHA-256 differs from the one recorded in {jpath}: it was altered "
+                    "after it was written"
+                )
             axes = tuple((n, arrays[f"axis_{i}"]) for i, n in enumerate(names))
             for i in range(len(names)):
                 del arrays[f"axis_{i}"]
             cells = tuple(len(v) for _, v in axes)
-            _check_map_arrays(arrays, cells, int(meta["inits"]))
+            _check_map_arrays(arrays, cells, inits)
         except Exception as err:
             raise ValueError(
                 f"RegimeMap.load: {npath} is damaged ({type(err).__name__}: {err})."
             ) from None
         sweep_dir = os.path.join(out_dir, "sweep")
-        sw = SweepResult.load(sweep_dir) if os.path.isdir(sweep_dir) else None
-        boundaries = [
-            dict(
-                label=b["label"],
-                x=np.asarray(b["x"]),
-                y=None if b["y"] is None else np.asarray(b["y"]),
-            )
-            for b in meta["boundaries"]
-        ]
+        sw = None
+        if os.path.isdir(sweep_dir):
+            try:
+                sw = SweepResult.load(sweep_dir)
+            except ValueError as err:
+                # The map's own files are sound: keep the map, say why its members are not.
+                warn_at_caller(
+                    f"RegimeMap.load: the map is read without its sweep (per-member "
+                    f"trajectories and evidence): {err}"
+                )
         return cls(
-            family=meta["family"],
-            method=meta["method"],
-            kernel=meta.get("kernel", "lsa"),
             axes=axes,
-            fixed=meta["fixed"],
-            inits=int(meta["inits"]),
             regime=arrays["regime"],
             failed=arrays["failed"],
             fractions=arrays["fractions"],
@@ -464,9 +486,8 @@ class RegimeMap:
             dominant=arrays["dominant"],
             multistable=arrays["multistable"],
             predicted=arrays.get("predicted"),
-            boundaries=boundaries,
-            seconds=float(meta.get("seconds", 0.0)),
             sweep=sw,
+            **settings,
         )
 
 
