@@ -399,9 +399,11 @@ class RegimeMap:
         """Read a map written by `save` (and its sweep from `out_dir/sweep` if present).
 
         **Raises:** `ValueError` naming the file for a folder without a map, a damaged
-        file, an archive altered after it was written (its SHA-256, recorded in
-        `regime_map.json` since 2026-12-06, differs; older maps are checked for consistency
-        only), or a map written with a different list of regimes.
+        file (a summary missing a setting or holding one of the wrong type included), an
+        archive altered after it was written (its SHA-256, recorded in `regime_map.json`
+        since 2026-12-06, differs; older maps are checked for consistency only), or a map
+        written with a different list of regimes. A `sweep` folder that cannot be read
+        leaves the map loaded without it (`sweep=None`) and a `UserWarning` saying why.
         """
         out_dir = os.fspath(out_dir)
         if os.path.isfile(out_dir):
