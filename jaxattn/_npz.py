@@ -41,6 +41,11 @@ class NpzArrays(dict):
     def __missing__(self, key):
         raise MissingArray(key)
 
+    def pop(self, key, *default):
+        if key not in self and not default:
+            raise MissingArray(key)
+        return super().pop(key, *default)
+
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -64,19 +69,26 @@ def recorded_sha256(meta: dict, where: str) -> str | None:
     return recorded
 
 
-def check_recorded_sha256(meta: dict, data: bytes, where: str) -> None:
-    """Check the bytes `data` of an archive against the SHA-256 recorded in its summary
-    `meta` (`recorded_sha256`; summaries without one are not checked).
+def check_sha256(data: bytes, recorded: str | None, where: str) -> None:
+    """Check the bytes `data` of an archive against `recorded`, the SHA-256 its summary
+    `where` records (`recorded_sha256`; None, for a summary without one, is not checked).
 
-    **Raises:** `ValueError` as `recorded_sha256`, or when the archive's SHA-256 differs
-    from the recorded one (the archive was altered after it was written).
+    **Raises:** `ValueError` when the archive's SHA-256 differs from the recorded one (the
+    archive was altered after it was written).
     """
-    recorded = recorded_sha256(meta, where)
     if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
         raise ValueError(
             f"its SHA-256 differs from the one recorded in {where}: it was altered after "
             "it was written"
         )
+
+
+def check_recorded_sha256(meta: dict, data: bytes, where: str) -> None:
+    """`check_sha256` against the SHA-256 recorded in the summary `meta` read from `where`.
+
+    **Raises:** `ValueError` as `recorded_sha256` and `check_sha256`.
+    """
+    check_sha256(data, recorded_sha256(meta, where), where)
 
 
 def read_error_reason(err: BaseException) -> str:

@@ -109,6 +109,9 @@ def test_a_missing_array_and_a_recorded_hash_are_named(tmp_path):
     assert str(e.value) == "the archive holds no array 'fingerprint'"
     assert read_error_reason(e.value) == "MissingArray: the archive holds no array 'fingerprint'"
     assert arrays.get("fingerprint") is None and "fingerprint" not in arrays
+    with pytest.raises(MissingArray, match="holds no array 'axis_0'"):
+        arrays.pop("axis_0")  # as a lookup does
+    assert arrays.pop("axis_0", None) is None
     # The SHA-256 recorded in a summary: absent (written before hashes were) is not
     # checked; present, it must be a hash and the archive's.
     data = b"PK\x05\x06" + bytes(18)

@@ -24,7 +24,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._npz import load_npz_bytes, recorded_sha256
+from .._npz import check_sha256, load_npz_bytes, recorded_sha256
 from .._warn import warn_at_caller
 from ._regimes import REGIMES
 from ._sweep import (
@@ -454,14 +454,8 @@ class RegimeMap:
             with open(npath, "rb") as f:
                 data = f.read()
             arrays = load_npz_bytes(data)  # a damaged file is named so before any hash
-            if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
-                raise ValueError(
-                    f"its SHA-256 differs from the one recorded in {jpath}: it was altered "
-                    "after it was written"
-                )
-            axes = tuple((n, arrays[f"axis_{i}"]) for i, n in enumerate(names))
-            for i in range(len(names)):
-                del arrays[f"axis_{i}"]
+            check_sha256(data, recorded, jpath)
+            axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
             cells = tuple(len(v) for _, v in axes)
             _check_map_arrays(arrays, cells, inits)
         except Exception as err:
