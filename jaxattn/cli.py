@@ -4,6 +4,7 @@ itself here; heavy imports happen only when a sub-command runs."""
 import argparse
 import importlib
 import sys
+import warnings
 
 # (module, register function): each adds its sub-parsers to the shared sub-parser set.
 _COMMANDS = (
@@ -43,12 +44,29 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.run(args) or 0)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_printer(args.command, warnings.showwarning)
+            return int(args.run(args) or 0)
     except (ValueError, OSError, UnicodeDecodeError) as err:
         # Bad input and unusable paths (missing file, --out naming a file, unreadable text)
         # are one-line errors; anything else is a bug and keeps its traceback.
         print(f"jaxattn {args.command}: error: {err}", file=sys.stderr)
         return 2
+
+
+def _warning_printer(command: str, default):
+    """A `warnings.showwarning` that prints the package's warnings (plain `UserWarning`s)
+    as one line, `jaxattn COMMAND: warning: ...`: the source line a script's warning
+    points at is, for the command, its entry script's `sys.exit(run())`. Other categories
+    keep the default display."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if category is not UserWarning:
+            return default(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        print(f"jaxattn {command}: warning: {text}", file=sys.stderr if file is None else file)
+
+    return show
 
 
 def run() -> int:

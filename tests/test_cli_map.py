@@ -53,6 +53,13 @@ def test_map_command_writes_a_reloadable_map(tmp_path, capsys):
     assert "holds a different map" in capsys.readouterr().err
     assert main(other + ["--overwrite"]) == 0
     assert RegimeMap.load(out).cells == (3, 3)
+    # A warning is one line in the command's name (not the entry script's source line).
+    capsys.readouterr()
+    sorted((out / "sweep").glob("chunk_*.npz"))[0].write_bytes(b"damaged")
+    assert main(other) == 0
+    err = capsys.readouterr().err
+    assert "jaxattn map: warning: sweep: recomputing " in err and "not a NumPy .npz" in err
+    assert "UserWarning" not in err and "sys.exit" not in err
     # A damaged sweep manifest: the advice is this command's flag, not the library's.
     (out / "sweep" / "manifest.json").write_text("{")
     assert main(other) == 2

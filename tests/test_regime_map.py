@@ -281,18 +281,43 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
         RegimeMap.load(bad)
     # Every setting is read before the map is built: an edited summary names itself.
     meta = json.loads((out / "regime_map.json").read_text())
+    # Nothing is coerced: a value of the wrong type is refused by its field's name.
     edits = {
-        "KeyError: 'boundaries'": {k: v for k, v in meta.items() if k != "boundaries"},
-        "not iterable": {**meta, "boundaries": None},
-        "KeyError: 'family'": {k: v for k, v in meta.items() if k != "family"},
-        "could not convert string to float": {**meta, "seconds": "x"},
-        "KeyError: 'inits'": {k: v for k, v in meta.items() if k != "inits"},
-        "JSON list, not an object": [meta],
+        "it has no 'boundaries'": {k: v for k, v in meta.items() if k != "boundaries"},
+        "'boundaries' is a JSON null, not an array": {**meta, "boundaries": None},
+        "boundaries\\[0\\] 'x' is not a list of numbers": {
+            **meta,
+            "boundaries": [{"label": "b", "x": ["a"], "y": None}],
+        },
+        "it has no 'family'": {k: v for k, v in meta.items() if k != "family"},
+        "'family' is not a string: null": {**meta, "family": None},
+        "'method' is 'nosuch', not one of": {**meta, "method": "nosuch"},
+        "'fixed' is a JSON array, not an object": {**meta, "fixed": [["beta", 1.0]]},
+        "'seconds' is not a finite number: \"x\"": {**meta, "seconds": "x"},
+        "it has no 'inits'": {k: v for k, v in meta.items() if k != "inits"},
+        "'inits' is not an integer: 2.7": {**meta, "inits": 2.7},
+        "'inits' is not an integer: Infinity": {**meta, "inits": 1e999},
+        "'inits' is 0, below 1": {**meta, "inits": 0},
+        "'axes' is not a list of one or two names": {**meta, "axes": ["a", "b", "c"]},
+        "it holds a JSON array, not an object": [meta],
         "64 lower-case hex": {**meta, "npz_sha256": meta["npz_sha256"].upper()},
     }
     for message, edited in edits.items():
         (bad / "regime_map.json").write_text(json.dumps(edited))
-        with pytest.raises(ValueError, match=f"regime_map.json is damaged or foreign .*{message}"):
+        with pytest.raises(
+            ValueError, match=f"regime_map.json is damaged or foreign \\(.*{message}"
+        ):
+            RegimeMap.load(bad)
+    (bad / "regime_map.json").write_text("[" * 100_000)
+    with pytest.raises(ValueError, match="regime_map.json is damaged .*nested too deeply"):
+        RegimeMap.load(bad)
+    # The archive is the one written (its SHA-256 is the recorded one), so a summary whose
+    # inits or axes do not fit it is the file blamed.
+    for edited in ({**meta, "inits": meta["inits"] + 1}, {**meta, "axes": ["a"]}):
+        (bad / "regime_map.json").write_text(json.dumps(edited))
+        with pytest.raises(
+            ValueError, match="regime_map.json is damaged or foreign: it does not fit"
+        ):
             RegimeMap.load(bad)
 
 
@@ -305,6 +330,69 @@ def test_a_map_whose_sweep_folder_is_unreadable_loads_without_it(rotating_map, t
         back = RegimeMap.load(folder)
     assert [x.filename for x in w] == [__file__] and back.sweep is None
     np.testing.assert_array_equal(back.regime, RegimeMap.load(out).regime)
+
+
+def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
+    """SweepResult.load refuses an edited manifest by the field's name (nothing coerced,
+    no OverflowError or TypeError from inside), and RegimeMap.load keeps the map."""
+    _, out = rotating_map
+    folder = tmp_path / "map"
+    shutil.copytree(out, folder)
+    path = folder / "sweep" / "manifest.json"
+    good = json.loads(path.read_text())
+    B = good["num_members"]
+    assert B == 6 * 3 * 3 and good["config"]["num_save"] == 121
+    edits = {
+        "'num_members' is not an integer: Infinity": dict(num_members=1e999),
+        "'num_members' is not an integer: 18.5": dict(num_members=18.5),
+        f"chunk_sizes add up to {B}, not num_members = 17": dict(num_members=17),
+        "'shape' is not a list of sizes: None": dict(shape=None),
+        "'shape' \\[7\\] does not hold num_members": dict(shape=[7]),
+        "'fingerprint' is not a string: 5": dict(fingerprint=5),
+        "config 'num_save' is not an integer: Infinity": dict(
+            config={**good["config"], "num_save": 1e999}
+        ),
+        "config 'num_save' is -3, below 2": dict(config={**good["config"], "num_save": -3}),
+        "config 't1' is not a finite number: null": dict(config={**good["config"], "t1": None}),
+    }
+    manifests = {message: {**good, **edit} for message, edit in edits.items()}
+    manifests["it has no 'config'"] = {k: v for k, v in good.items() if k != "config"}
+    for message, man in manifests.items():
+        path.write_text(json.dumps(man))
+        with pytest.raises(ValueError, match=f"manifest.json is damaged \\(.*{message}"):
+            SweepResult.load(folder / "sweep")
+    # A num_save that is a valid integer but not the chunks' is named as an edit.
+    path.write_text(json.dumps({**good, "config": {**good["config"], "num_save": 61}}))
+    with pytest.raises(
+        ValueError, match="holds \\(121,\\) saves per member, while .*num_save = 61"
+    ):
+        SweepResult.load(folder / "sweep")
+    with pytest.warns(UserWarning, match="read without its sweep .*num_save = 61") as w:
+        back = RegimeMap.load(folder)
+    assert [x.filename for x in w] == [__file__] and back.sweep is None
+    np.testing.assert_array_equal(back.regime, RegimeMap.load(out).regime)
+    # A members file whose order is not a permutation of the members.
+    path.write_text(json.dumps(good))
+    members = dict(np.load(out / "sweep" / "members.npz"))
+    np.savez(folder / "sweep" / "members.npz", **{**members, "perm": np.zeros(B, int)})
+    with pytest.raises(ValueError, match="members.npz is missing or damaged .*'perm' is not an"):
+        SweepResult.load(folder / "sweep")
+    # Its only readable chunk damaged: one warning for the chunk, and the error says so.
+    shutil.copy(out / "sweep" / "members.npz", folder / "sweep" / "members.npz")
+    chunks = sorted((folder / "sweep").glob("chunk_*.npz"))
+    for c in chunks:
+        c.write_bytes(b"damaged")
+    with pytest.warns(UserWarning, match="skipping") as w:
+        with pytest.raises(
+            ValueError, match=f"no readable finished chunk \\({len(chunks)} damaged"
+        ):
+            SweepResult.load(folder / "sweep")
+    assert len(w) == len(chunks)
+    # A `sweep` that is a file, not a folder: the map loads, and a warning says so.
+    shutil.rmtree(folder / "sweep")
+    (folder / "sweep").write_text("not a folder")
+    with pytest.warns(UserWarning, match="sweep is a file, not a sweep folder"):
+        assert RegimeMap.load(folder).sweep is None
 
 
 def test_interrupted_sweep_reloads_with_members_not_run(tmp_path):

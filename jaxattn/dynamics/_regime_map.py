@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
-import json
 import math
 import os
 import time
@@ -24,11 +23,13 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._npz import check_sha256, load_npz_bytes, recorded_sha256
+from .._json import json_int, json_list, json_number, json_object, json_str, read_json_object
+from .._npz import check_sha256, load_npz_bytes, read_error_reason, recorded_sha256
 from .._warn import warn_at_caller
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
+    METHODS,
     NOT_RUN,
     REGIME_NAMES,
     Integration,
@@ -419,52 +420,48 @@ class RegimeMap:
                 "(regime_map.json and regime_map.npz)."
             )
         try:
-            with open(jpath) as f:
-                meta = json.load(f)
-            if not isinstance(meta, dict):
-                raise TypeError(f"it holds a JSON {type(meta).__name__}, not an object")
-            names = [str(n) for n in meta["axes"]]
-            if meta["regime_names"] != list(REGIME_NAMES):
-                raise ValueError(
-                    f"it was written with regimes {meta['regime_names']}, this version has "
-                    f"{list(REGIME_NAMES)}"
-                )
-            recorded = recorded_sha256(meta, jpath)
-            inits = int(meta["inits"])
-            settings = dict(
-                family=str(meta["family"]),
-                method=str(meta["method"]),
-                kernel=str(meta.get("kernel", "lsa")),
-                fixed=dict(meta["fixed"]),
-                inits=inits,
-                seconds=float(meta.get("seconds", 0.0)),
-                boundaries=[
-                    dict(
-                        label=b["label"],
-                        x=np.asarray(b["x"], float),
-                        y=None if b["y"] is None else np.asarray(b["y"], float),
-                    )
-                    for b in meta["boundaries"]
-                ],
-            )
-        except (ValueError, KeyError, TypeError) as err:
-            why = f"{type(err).__name__}: {err}" if isinstance(err, KeyError) else err
-            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({why}).") from None
+            meta = read_json_object(jpath)
+            names, recorded, settings = _map_settings(meta, jpath)
+        except KeyError as err:
+            raise ValueError(
+                f"RegimeMap.load: {jpath} is damaged or foreign (it has no {err.args[0]!r})."
+            ) from None
+        except (ValueError, OSError) as err:
+            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
+        inits = settings["inits"]
         try:
             with open(npath, "rb") as f:
                 data = f.read()
             arrays = load_npz_bytes(data)  # a damaged file is named so before any hash
             check_sha256(data, recorded, jpath)
+        except Exception as err:
+            raise ValueError(
+                f"RegimeMap.load: {npath} is damaged ({read_error_reason(err)})."
+            ) from None
+        try:
             axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
             cells = tuple(len(v) for _, v in axes)
             _check_map_arrays(arrays, cells, inits)
         except Exception as err:
+            why = read_error_reason(err)
+            if recorded is not None:
+                # The archive is the one that was written (its SHA-256 is the recorded
+                # one): the summary's axes or inits were edited.
+                raise ValueError(
+                    f"RegimeMap.load: {jpath} is damaged or foreign: it does not fit "
+                    f"{npath}, whose SHA-256 is the one it records ({why})."
+                ) from None
             raise ValueError(
-                f"RegimeMap.load: {npath} is damaged ({type(err).__name__}: {err})."
+                f"RegimeMap.load: {npath} is damaged or does not fit {jpath} ({why})."
             ) from None
         sweep_dir = os.path.join(out_dir, "sweep")
         sw = None
-        if os.path.isdir(sweep_dir):
+        if os.path.exists(sweep_dir) and not os.path.isdir(sweep_dir):
+            warn_at_caller(
+                f"RegimeMap.load: the map is read without its sweep: {sweep_dir} is a file, "
+                "not a sweep folder."
+            )
+        elif os.path.isdir(sweep_dir):
             try:
                 sw = SweepResult.load(sweep_dir)
             except ValueError as err:
@@ -485,6 +482,54 @@ class RegimeMap:
             sweep=sw,
             **settings,
         )
+
+
+def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
+    """`(axis names, recorded SHA-256, settings)` of a map's `regime_map.json` (`meta`,
+    read from `jpath`), each field checked for the type `RegimeMap.save` writes: an edited
+    summary is refused by name, never coerced (`"inits": 2.7` is not 2).
+
+    **Raises:** `KeyError` for a missing field, `ValueError` naming a wrong one."""
+    names = json_list(meta, "axes")
+    if not 1 <= len(names) <= 2 or not all(type(n) is str for n in names):
+        raise ValueError(f"its 'axes' is not a list of one or two names: {names!r:.80}")
+    if meta["regime_names"] != list(REGIME_NAMES):
+        raise ValueError(
+            f"it was written with regimes {meta['regime_names']!r:.120}, this version has "
+            f"{list(REGIME_NAMES)}"
+        )
+    recorded = recorded_sha256(meta, jpath)
+    boundaries = []
+    for i, b in enumerate(json_list(meta, "boundaries")):
+        where = f"boundaries[{i}] "
+        if not isinstance(b, dict):
+            raise ValueError(f"its {where.strip()} is not an object")
+        label = json_str(b, "label", where=where)
+        x = _json_coordinates(json_list(b, "x", where=where), f"{where}'x'")
+        y = b["y"]
+        if y is not None:
+            y = _json_coordinates(json_list(b, "y", where=where), f"{where}'y'")
+        boundaries.append(dict(label=label, x=x, y=y))
+    settings = dict(
+        family=json_str(meta, "family"),
+        method=json_str(meta, "method", choices=METHODS),
+        kernel=json_str(meta, "kernel") if "kernel" in meta else "lsa",
+        fixed=json_object(meta, "fixed"),
+        inits=json_int(meta, "inits", minimum=1),
+        seconds=json_number(meta, "seconds", minimum=0.0) if "seconds" in meta else 0.0,
+        boundaries=boundaries,
+    )
+    return names, recorded, settings
+
+
+def _json_coordinates(values: list, what: str) -> np.ndarray:
+    """A boundary's coordinates (a JSON array of numbers, `null` for NaN) as floats.
+
+    **Raises:** `ValueError` naming `what` for anything else."""
+    ok = all(v is None or type(v) in (int, float) for v in values)
+    if not ok:
+        raise ValueError(f"its {what} is not a list of numbers")
+    return np.array([np.nan if v is None else v for v in values], float)
 
 
 def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:

@@ -105,6 +105,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .._json import json_int, json_number, json_object, json_str, read_json_object
 from .._npz import check_recorded_sha256, load_npz_bytes, read_error_reason
 from .._warn import warn_at_caller
 from ..sphere import normalise, sample_uniform
@@ -1635,7 +1636,9 @@ class SweepResult:
         just those).
 
         **Raises:** `ValueError` naming the problem for a folder without a sweep
-        manifest, a damaged manifest or members file, a chunk of another sweep, or a
+        manifest, a damaged manifest (a field missing or of another type than the sweep
+        writes, e.g. a non-integer `num_members`, or a `num_save` its chunks do not hold)
+        or members file, a chunk of another sweep, or a
         chunk whose `.npz` was altered after it was written (its SHA-256 differs from the
         one its `.json` recorded; the file is named). A damaged chunk (unreadable
         archive or summary) is skipped with a warning.
@@ -2080,7 +2083,7 @@ def _read_manifest(out_dir) -> dict | None:
     if not os.path.exists(manifest_path):
         return None
     try:
-        old = _read_json_object(manifest_path)
+        old = read_json_object(manifest_path)
         _check_manifest_fields(old)
     except ValueError as err:
         raise ValueError(
@@ -2662,7 +2665,7 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
             # archive cannot be checked against its recorded SHA-256.
             raise _Refused(f"its summary {summary_path} is missing (it cannot be checked)")
         try:
-            info = _read_json_object(summary_path)
+            info = read_json_object(summary_path)
         except ValueError as err:
             raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
         try:
@@ -2688,20 +2691,41 @@ class _Refused(Exception):
     """Why a chunk on disk is not used (raised and caught inside `_load_chunk`)."""
 
 
+def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, int]:
+    """`(fingerprint, chunk_sizes, num_members, shape, config, t1, num_save)` of a sweep's
+    manifest as `SweepResult.load` needs them, each checked for the type the sweep wrote.
+
+    **Raises:** `KeyError` for a missing field, `ValueError` naming a wrong one."""
+    _check_manifest_fields(man)
+    fingerprint = json_str(man, "fingerprint")
+    sizes = man["chunk_sizes"]
+    B = json_int(man, "num_members", minimum=1)
+    if sum(sizes) != B:
+        raise ValueError(f"its chunk_sizes add up to {sum(sizes)}, not num_members = {B}")
+    shape = man.get("shape", [B])
+    if not (isinstance(shape, list) and all(type(k) is int and k >= 0 for k in shape)):
+        raise ValueError(f"its 'shape' is not a list of sizes: {_short(shape)}")
+    if math.prod(shape) != B:
+        raise ValueError(f"its 'shape' {shape} does not hold num_members = {B}")
+    cfg = json_object(man, "config")
+    t1 = json_number(cfg, "t1", positive=True, where="config ")
+    num_save = json_int(cfg, "num_save", minimum=2, where="config ")
+    return fingerprint, sizes, B, shape, cfg, t1, num_save
+
+
 def _load_sweep(out_dir: str) -> SweepResult:
     manifest_path = os.path.join(out_dir, "manifest.json")
     if not os.path.isfile(manifest_path):
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
     try:
-        man = _read_json_object(manifest_path)
-        _check_manifest_fields(man)
-        fingerprint = man["fingerprint"]
-        sizes = man["chunk_sizes"]
-        B = int(man["num_members"])
-        cfg = man["config"]
-        t1, num_save = float(cfg["t1"]), int(cfg["num_save"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err!r}).") from None
+        man = read_json_object(manifest_path)
+        fingerprint, sizes, B, shape, cfg, t1, num_save = _manifest_for_load(man)
+    except KeyError as err:
+        raise ValueError(
+            f"SweepResult.load: {manifest_path} is damaged (it has no {err.args[0]!r})."
+        ) from None
+    except (ValueError, OSError) as err:
+        raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err}).") from None
     members_path = os.path.join(out_dir, "members.npz")
     try:
         with open(members_path, "rb") as f:  # read whole and closed, damaged or not
@@ -2712,6 +2736,11 @@ def _load_sweep(out_dir: str) -> SweepResult:
         params = {k[6:]: z[k] for k in z if k.startswith("param:")}
         if perm.shape != (B,) or seeds.shape != (B,):
             raise ValueError(f"{B} members expected")
+        if perm.dtype.kind not in "iu" or not np.array_equal(np.sort(perm), np.arange(B)):
+            raise ValueError(f"its 'perm' is not an order of the {B} members")
+        for k, v in params.items():
+            if v.shape[:1] != (B,):
+                raise ValueError(f"its parameter {k!r} has shape {v.shape}, not ({B}, ...)")
     except Exception as err:
         raise ValueError(
             f"SweepResult.load: {members_path} is missing or damaged ({type(err).__name__}: {err})."
@@ -2719,7 +2748,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
     outs: dict[str, np.ndarray] = {}
     completed = np.zeros(B, bool)
     starts = np.concatenate([[0], np.cumsum(sizes)])[:-1]
-    loaded = 0
+    loaded = skipped = 0
     useful = spent = 0.0
     for c, (start, cs) in enumerate(zip(starts, sizes)):
         idx = perm[start : start + cs]
@@ -2736,8 +2765,14 @@ def _load_sweep(out_dir: str) -> SweepResult:
             continue
         found = _load_chunk(path, idx, fingerprint, strict=True)
         if found is None:
+            skipped += 1
             continue
         chunk, info = found
+        if chunk["order"].shape[1:] != (num_save,):
+            raise ValueError(
+                f"SweepResult.load: {path} holds {chunk['order'].shape[1:]} saves per member, "
+                f"while {manifest_path} says num_save = {num_save} (the manifest was edited)."
+            )
         steps_known = _chunk_steps(info)
         if steps_known is not None:
             useful += steps_known[0]
@@ -2749,6 +2784,11 @@ def _load_sweep(out_dir: str) -> SweepResult:
                 outs[k] = np.empty((B,) + v.shape[1:], v.dtype)
             outs[k][idx] = v
     if not outs:
+        if skipped:
+            raise ValueError(
+                f"SweepResult.load: {out_dir!r} holds no readable finished chunk ({skipped} "
+                f"damaged chunk{'s' if skipped > 1 else ''} skipped: see the warning above)."
+            )
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no finished chunk yet.")
     todo = ~completed
     for k, v in outs.items():
@@ -2766,7 +2806,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
         outs,
         params,
         seeds,
-        man.get("shape", [B]),
+        shape,
         t1,
         num_save,
         completed=completed,
@@ -2795,21 +2835,6 @@ def _npz_bytes(**arrays) -> bytes:
 def _write_bytes(path, data: bytes):
     with open(path, "wb") as f:
         f.write(data)
-
-
-def _read_json_object(path) -> dict:
-    """The JSON object in `path`. **Raises:** `ValueError` (a `json.JSONDecodeError` for bad
-    JSON, or "not a JSON object") naming what is wrong; `OSError` if it cannot be opened."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except UnicodeDecodeError as err:  # its repr holds every byte of the file
-        raise ValueError(
-            f"not UTF-8 text (byte {err.object[err.start]:#04x} at position {err.start})"
-        ) from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    return obj
 
 
 def _write_json(path, obj):
