@@ -8,20 +8,44 @@ an integer, `null` is not a name), so an edited file is refused rather than read
 something it does not say.
 """
 
+import hashlib
 import json
 import math
+import os
+import re
+import stat
+
+# The key under which a summary records the SHA-256 of its own contents (every other key).
+SUMMARY_SHA256 = "summary_sha256"
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def read_regular_file(path, *, limit: int | None = None) -> bytes:
+    """The bytes of the file `path`, which must be a regular file (a link to one is
+    followed): a FIFO would block and a device such as `/dev/zero` never ends.
+
+    **Raises:** `ValueError` for something that is not a regular file, or one larger than
+    `limit` bytes; `OSError` when it cannot be opened.
+    """
+    with open(path, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("it is not a regular file (a device, a pipe or a folder)")
+        if limit is not None and info.st_size > limit:
+            raise ValueError(f"it holds {info.st_size} bytes, more than a summary's {limit}")
+        return f.read()
 
 
 def read_json_object(path) -> dict:
-    """The JSON object in the file `path`.
+    """The JSON object in the file `path` (a regular file of at most 256 MiB).
 
-    **Raises:** `ValueError` (a `json.JSONDecodeError` for bad JSON) for text that is not
-    UTF-8, not JSON, nested too deeply to read, or not a JSON object; `OSError` if the
-    file cannot be opened.
+    **Raises:** `ValueError` (a `json.JSONDecodeError` for bad JSON) for a file that is
+    not a regular file, text that is not UTF-8, not JSON, nested too deeply to read, or
+    not a JSON object; `OSError` if the file cannot be opened.
     """
+    data = read_regular_file(path, limit=256 * 2**20)
     try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
+        obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as err:  # its repr holds every byte of the file
         raise ValueError(
             f"not UTF-8 text (byte {err.object[err.start]:#04x} at position {err.start})"
@@ -31,6 +55,43 @@ def read_json_object(path) -> dict:
     if not isinstance(obj, dict):
         raise ValueError(f"it holds a JSON {_json_kind(obj)}, not an object")
     return obj
+
+
+def _contents_sha256(obj: dict) -> str:
+    """SHA-256 of a summary's contents (every key but `SUMMARY_SHA256`), as canonical JSON
+    text (sorted keys): the same for the object written and for the object read back."""
+    rest = {k: v for k, v in obj.items() if k != SUMMARY_SHA256}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode()).hexdigest()
+
+
+def with_summary_sha256(obj: dict, default=None) -> dict:
+    """`obj` as JSON reads it back (tuples as lists, `default` applied to what JSON cannot
+    hold), with the SHA-256 of its contents recorded under `SUMMARY_SHA256`."""
+    plain = json.loads(json.dumps(obj, default=default))
+    plain[SUMMARY_SHA256] = _contents_sha256(plain)
+    return plain
+
+
+def check_summary_sha256(obj: dict, where: str) -> None:
+    """Check a summary read from the file `where` against the SHA-256 of its contents that
+    it records (`with_summary_sha256`); a summary without one (written before 2026-12-07)
+    is not checked.
+
+    **Raises:** `ValueError` when the recorded value is not a SHA-256 or differs from the
+    contents' (the file was edited after it was written)."""
+    if SUMMARY_SHA256 not in obj:
+        return
+    recorded = obj[SUMMARY_SHA256]
+    if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
+        raise ValueError(
+            f"{where} records {SUMMARY_SHA256} = {_shown(recorded)}, not a SHA-256 (64 "
+            "lower-case hex digits): the summary was edited or is damaged"
+        )
+    if _contents_sha256(obj) != recorded:
+        raise ValueError(
+            f"the contents of {where} differ from the SHA-256 it records ({SUMMARY_SHA256}): "
+            "it was edited after it was written"
+        )
 
 
 def _json_kind(value) -> str:
@@ -48,7 +109,20 @@ def _json_kind(value) -> str:
     return "object"
 
 
+def is_finite_number(value) -> bool:
+    """Whether a decoded JSON value is a number that a float holds finitely (an integer of
+    400 digits is not: `float()` of it overflows)."""
+    if type(value) is int:
+        return abs(value) <= _FLOAT_MAX
+    return type(value) is float and math.isfinite(value)
+
+
+_FLOAT_MAX = int(float.fromhex("0x1.fffffffffffffp+1023"))
+
+
 def _shown(value) -> str:
+    if type(value) is int and abs(value) > _FLOAT_MAX:
+        return f"an integer of {len(str(abs(value)))} digits"
     text = json.dumps(value, allow_nan=True)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -84,7 +158,7 @@ def json_number(
     """
     value = obj[key]
     name = f"{where}{key!r}"
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise ValueError(f"its {name} is not a finite number: {_shown(value)}")
     value = float(value)
     if minimum is not None and value < minimum:

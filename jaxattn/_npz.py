@@ -50,21 +50,22 @@ class NpzArrays(dict):
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-def recorded_sha256(meta: dict, where: str) -> str | None:
+def recorded_sha256(meta: dict, where: str, key: str = "npz_sha256") -> str | None:
     """The SHA-256 an archive's summary `meta` (read from the file `where`) records under
-    `"npz_sha256"`, or None for a summary written before hashes were recorded (no such
-    key). A key that is present must hold a hash as `hashlib` writes it.
+    `key`, or None for a summary written before hashes were recorded (no such key). A key
+    that is present must hold a hash as `hashlib` writes it.
 
     **Raises:** `ValueError` when the recorded value is not 64 lower-case hex digits (the
     summary was edited or is damaged).
     """
-    if "npz_sha256" not in meta:
+    if key not in meta:
         return None
-    recorded = meta["npz_sha256"]
+    recorded = meta[key]
     if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
+        shown = repr(recorded)
         raise ValueError(
-            f"{where} records npz_sha256 = {recorded!r}, not a SHA-256 (64 lower-case hex "
-            "digits): the summary was edited or is damaged"
+            f"{where} records {key} = {shown if len(shown) <= 80 else shown[:76] + ' ...'}, "
+            "not a SHA-256 (64 lower-case hex digits): the summary was edited or is damaged"
         )
     return recorded
 

@@ -251,7 +251,7 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     # still refused: the per-cell summaries and failure flags must be those of the saved
     # regimes, on the saved grid.
     meta = json.loads((out / "regime_map.json").read_text())
-    del meta["npz_sha256"]
+    del meta["npz_sha256"], meta["summary_sha256"]
     (bad / "regime_map.json").write_text(json.dumps(meta))
     edits = {
         "fractions has shape": dict(fractions=arrays["fractions"][..., :1]),
@@ -285,7 +285,7 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     edits = {
         "it has no 'boundaries'": {k: v for k, v in meta.items() if k != "boundaries"},
         "'boundaries' is a JSON null, not an array": {**meta, "boundaries": None},
-        "boundaries\\[0\\] 'x' is not a list of numbers": {
+        "boundaries\\[0\\] 'x' is not a list of finite numbers": {
             **meta,
             "boundaries": [{"label": "b", "x": ["a"], "y": None}],
         },
@@ -311,13 +311,33 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     (bad / "regime_map.json").write_text("[" * 100_000)
     with pytest.raises(ValueError, match="regime_map.json is damaged .*nested too deeply"):
         RegimeMap.load(bad)
-    # The archive is the one written (its SHA-256 is the recorded one), so a summary whose
-    # inits or axes do not fit it is the file blamed.
+    # An edit of the right type: the summary's SHA-256 of its own contents differs.
+    for edited in ({**meta, "seconds": 1.5}, {**meta, "fixed": {"beta": 2.0}}):
+        (bad / "regime_map.json").write_text(json.dumps(edited, indent=2))
+        with pytest.raises(ValueError, match="regime_map.json differ from the SHA-256 it rec"):
+            RegimeMap.load(bad)
+    # Without that hash (a map written before 2026-12-07), the archive is still the one
+    # written (its SHA-256 is the recorded one), so a summary whose inits or axes do not fit
+    # it is the file blamed.
+    del meta["summary_sha256"]
     for edited in ({**meta, "inits": meta["inits"] + 1}, {**meta, "axes": ["a"]}):
         (bad / "regime_map.json").write_text(json.dumps(edited))
         with pytest.raises(
             ValueError, match="regime_map.json is damaged or foreign: it does not fit"
         ):
+            RegimeMap.load(bad)
+    # An old archive (no hashes) is checked for the kinds and ranges save writes.
+    del meta["npz_sha256"]
+    (bad / "regime_map.json").write_text(json.dumps(meta))
+    edits = {
+        "regime is an array of float64": dict(regime=arrays["regime"].astype(float)),
+        "regime holds codes outside": dict(regime=arrays["regime"] + 99),
+        "axis 'a' is not a 1-D array of finite": dict(axis_0=np.full(6, np.nan)),
+        "predicted holds codes outside": dict(predicted=arrays["predicted"] + 99),
+    }
+    for message, edit in edits.items():
+        np.savez(bad / "regime_map.npz", **{**arrays, **edit})
+        with pytest.raises(ValueError, match=f"regime_map.npz is damaged .*{message}"):
             RegimeMap.load(bad)
 
 
@@ -361,24 +381,64 @@ def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
         path.write_text(json.dumps(man))
         with pytest.raises(ValueError, match=f"manifest.json is damaged \\(.*{message}"):
             SweepResult.load(folder / "sweep")
-    # A num_save that is a valid integer but not the chunks' is named as an edit.
-    path.write_text(json.dumps({**good, "config": {**good["config"], "num_save": 61}}))
-    with pytest.raises(
-        ValueError, match="holds \\(121,\\) saves per member, while .*num_save = 61"
-    ):
+    # An edit of the right type: the manifest's SHA-256 of its own contents differs.
+    path.write_text(json.dumps({**good, "config": {**good["config"], "t1": 400.0}}))
+    with pytest.raises(ValueError, match="manifest.json differ from the SHA-256 it records"):
         SweepResult.load(folder / "sweep")
-    with pytest.warns(UserWarning, match="read without its sweep .*num_save = 61") as w:
+    # Without that hash (written before 2026-12-07), a num_save that is not the chunks'
+    # makes every chunk unreadable, and the map is kept without its sweep.
+    old = {k: v for k, v in good.items() if k not in ("summary_sha256", "members_sha256")}
+    path.write_text(json.dumps({**old, "config": {**old["config"], "num_save": 61}}))
+    with pytest.warns(UserWarning, match=r"'order' holds \(121,\) values per member, not \(61,"):
+        with pytest.raises(ValueError, match="no readable finished chunk"):
+            SweepResult.load(folder / "sweep")
+    with pytest.warns(UserWarning) as w:
         back = RegimeMap.load(folder)
-    assert [x.filename for x in w] == [__file__] and back.sweep is None
+    assert [x.filename for x in w] == [__file__] * len(w) and back.sweep is None
+    assert "read without its sweep" in str(w[-1].message)
     np.testing.assert_array_equal(back.regime, RegimeMap.load(out).regime)
-    # A members file whose order is not a permutation of the members.
-    path.write_text(json.dumps(good))
+    # The members file: its recorded SHA-256, and without one (old), its arrays' kinds.
     members = dict(np.load(out / "sweep" / "members.npz"))
-    np.savez(folder / "sweep" / "members.npz", **{**members, "perm": np.zeros(B, int)})
-    with pytest.raises(ValueError, match="members.npz is missing or damaged .*'perm' is not an"):
+    path.write_text(json.dumps(good))
+    np.savez(folder / "sweep" / "members.npz", **{**members, "seeds": members["seeds"] + 1})
+    with pytest.raises(ValueError, match="members.npz is missing or damaged .*altered after"):
         SweepResult.load(folder / "sweep")
-    # Its only readable chunk damaged: one warning for the chunk, and the error says so.
-    shutil.copy(out / "sweep" / "members.npz", folder / "sweep" / "members.npz")
+    path.write_text(json.dumps(old))
+    for message, edit in {
+        "'perm' is not an order": dict(perm=np.zeros(B, int)),
+        "'seeds' are float64, not integers": dict(seeds=members["seeds"] + 0.7),
+        "parameter 'A' is <U1": dict(**{"param:A": np.full(members["param:A"].shape, "x")}),
+    }.items():
+        np.savez(folder / "sweep" / "members.npz", **{**members, **edit})
+        with pytest.raises(ValueError, match=f"members.npz is missing or damaged .*{message}"):
+            SweepResult.load(folder / "sweep")
+    np.savez(folder / "sweep" / "members.npz", **members)
+    assert SweepResult.load(folder / "sweep").completed.all()  # the old folder reads
+    # A chunk summary edited (its own hash), or an old chunk of the wrong kinds: skipped
+    # (this sweep's only chunk, so nothing is left to load).
+    chunk = folder / "sweep" / "chunk_00000.npz"
+    assert not (folder / "sweep" / "chunk_00001.npz").exists()
+    info = json.loads(chunk.with_suffix(".json").read_text())
+    chunk.with_suffix(".json").write_text(json.dumps({**info, "useful_steps": "123"}))
+    with pytest.warns(UserWarning, match="skipping .*chunk_00000.json differ from the SHA-256"):
+        with pytest.raises(ValueError, match="no readable finished chunk \\(1 damaged chunk"):
+            SweepResult.load(folder / "sweep")
+    arrays = dict(np.load(out / "sweep" / "chunk_00000.npz"))
+    legacy = {k: v for k, v in info.items() if k not in ("summary_sha256", "npz_sha256")}
+    chunk.with_suffix(".json").write_text(json.dumps(legacy))
+    np.savez(chunk, **{**arrays, "rate": arrays["rate"].astype(str)})
+    with pytest.warns(
+        UserWarning, match="skipping .*chunk_00000.npz: its 'rate' is an array of <U"
+    ):
+        with pytest.raises(ValueError, match="no readable finished chunk"):
+            SweepResult.load(folder / "sweep")
+    # A sweep whose regimes are not the map's (an old chunk edited): the map is kept alone.
+    np.savez(chunk, **{**arrays, "regime": (arrays["regime"] + 1) % 4})
+    with pytest.warns(UserWarning, match="regimes of .*sweep are not the map's"):
+        assert RegimeMap.load(folder).sweep is None
+    np.savez(chunk, **arrays)
+    assert RegimeMap.load(folder).sweep is not None
+    # Its only readable chunks damaged: one warning each, and the error says so.
     chunks = sorted((folder / "sweep").glob("chunk_*.npz"))
     for c in chunks:
         c.write_bytes(b"damaged")
@@ -388,8 +448,13 @@ def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
         ):
             SweepResult.load(folder / "sweep")
     assert len(w) == len(chunks)
-    # A `sweep` that is a file, not a folder: the map loads, and a warning says so.
+    # A `sweep` that links to nothing.
     shutil.rmtree(folder / "sweep")
+    os.symlink(folder / "nowhere", folder / "sweep")
+    with pytest.warns(UserWarning, match="sweep is a link to nothing"):
+        assert RegimeMap.load(folder).sweep is None
+    os.remove(folder / "sweep")
+    # A `sweep` that is a file, not a folder: the map loads, and a warning says so.
     (folder / "sweep").write_text("not a folder")
     with pytest.warns(UserWarning, match="sweep is a file, not a sweep folder"):
         assert RegimeMap.load(folder).sweep is None
@@ -582,7 +647,13 @@ def test_chunk_plan_does_not_follow_small_moves_of_the_memory_and_resume_keeps_i
     path.write_text(json.dumps(dict(good, chunk_sizes=[-4, 12])))
     with pytest.raises(ValueError, match="SweepResult.load: .* is damaged .*'chunk_sizes'"):
         sw.SweepResult.load(str(tmp_path))
-    # A plan that does not fit this batch: refused as another plan, in a short message.
+    # A plan that does not fit this batch: refused as an edit (the manifest's SHA-256 of
+    # its contents), or, in a manifest without one, as another plan; in a short message.
+    path.write_text(json.dumps(dict(good, chunk_sizes=[4] * 200_000)))
+    with pytest.raises(ValueError, match="damaged .*edited after it was written") as err:
+        run(2.5 * per, out_dir=str(tmp_path))
+    assert len(str(err.value)) < 1000
+    del good["summary_sha256"]
     path.write_text(json.dumps(dict(good, chunk_sizes=[4] * 200_000)))
     with pytest.raises(ValueError, match="different sweep") as err:
         run(2.5 * per, out_dir=str(tmp_path))

@@ -23,7 +23,17 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._json import json_int, json_list, json_number, json_object, json_str, read_json_object
+from .._json import (
+    check_summary_sha256,
+    is_finite_number,
+    json_int,
+    json_list,
+    json_number,
+    json_object,
+    json_str,
+    read_json_object,
+    read_regular_file,
+)
 from .._npz import check_sha256, load_npz_bytes, read_error_reason, recorded_sha256
 from .._warn import warn_at_caller
 from ._regimes import REGIMES
@@ -400,11 +410,14 @@ class RegimeMap:
         """Read a map written by `save` (and its sweep from `out_dir/sweep` if present).
 
         **Raises:** `ValueError` naming the file for a folder without a map, a damaged
-        file (a summary missing a setting or holding one of the wrong type included), an
-        archive altered after it was written (its SHA-256, recorded in `regime_map.json`
-        since 2026-12-06, differs; older maps are checked for consistency only), or a map
-        written with a different list of regimes. A `sweep` folder that cannot be read
-        leaves the map loaded without it (`sweep=None`) and a `UserWarning` saying why.
+        file (a summary missing a setting or holding one of the wrong type included: no
+        field is coerced), a summary edited after it was written (the SHA-256 of its
+        contents, recorded since 2026-12-07, differs), an archive altered after it was
+        written (its SHA-256, recorded in `regime_map.json` since 2026-12-06, differs;
+        older maps are checked for consistency, kinds and ranges only), or a map written
+        with a different list of regimes. A `sweep` folder that cannot be read or holds
+        another map's members leaves the map loaded without it (`sweep=None`) and a
+        `UserWarning` saying why.
         """
         out_dir = os.fspath(out_dir)
         if os.path.isfile(out_dir):
@@ -422,6 +435,7 @@ class RegimeMap:
         try:
             meta = read_json_object(jpath)
             names, recorded, settings = _map_settings(meta, jpath)
+            check_summary_sha256(meta, jpath)  # after the fields: a wrong one is named
         except KeyError as err:
             raise ValueError(
                 f"RegimeMap.load: {jpath} is damaged or foreign (it has no {err.args[0]!r})."
@@ -430,8 +444,7 @@ class RegimeMap:
             raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
         inits = settings["inits"]
         try:
-            with open(npath, "rb") as f:
-                data = f.read()
+            data = read_regular_file(npath)
             arrays = load_npz_bytes(data)  # a damaged file is named so before any hash
             check_sha256(data, recorded, jpath)
         except Exception as err:
@@ -440,6 +453,7 @@ class RegimeMap:
             ) from None
         try:
             axes = tuple((n, arrays.pop(f"axis_{i}")) for i, n in enumerate(names))
+            _check_axes(axes)
             cells = tuple(len(v) for _, v in axes)
             _check_map_arrays(arrays, cells, inits)
         except Exception as err:
@@ -454,22 +468,7 @@ class RegimeMap:
             raise ValueError(
                 f"RegimeMap.load: {npath} is damaged or does not fit {jpath} ({why})."
             ) from None
-        sweep_dir = os.path.join(out_dir, "sweep")
-        sw = None
-        if os.path.exists(sweep_dir) and not os.path.isdir(sweep_dir):
-            warn_at_caller(
-                f"RegimeMap.load: the map is read without its sweep: {sweep_dir} is a file, "
-                "not a sweep folder."
-            )
-        elif os.path.isdir(sweep_dir):
-            try:
-                sw = SweepResult.load(sweep_dir)
-            except ValueError as err:
-                # The map's own files are sound: keep the map, say why its members are not.
-                warn_at_caller(
-                    f"RegimeMap.load: the map is read without its sweep (per-member "
-                    f"trajectories and evidence): {err}"
-                )
+        sw = _load_map_sweep(os.path.join(out_dir, "sweep"), arrays["regime"])
         return cls(
             axes=axes,
             regime=arrays["regime"],
@@ -484,6 +483,39 @@ class RegimeMap:
         )
 
 
+def _load_map_sweep(sweep_dir: str, regime: np.ndarray) -> SweepResult | None:
+    """The sweep saved with a map (`sweep_dir`), or None with a `UserWarning` saying why
+    when it cannot be read or is not the map's: its members must be the map's cells times
+    inits and agree with the map's `regime` wherever they were loaded. A map saved
+    without a sweep folder gives None silently."""
+    why = None
+    if os.path.islink(sweep_dir) and not os.path.exists(sweep_dir):
+        why = f"{sweep_dir} is a link to nothing"
+    elif os.path.exists(sweep_dir) and not os.path.isdir(sweep_dir):
+        why = f"{sweep_dir} is a file, not a sweep folder"
+    elif not os.path.isdir(sweep_dir):
+        return None
+    else:
+        try:
+            sw = SweepResult.load(sweep_dir)
+        except ValueError as err:
+            why = str(err)
+        else:
+            got = sw.regime.reshape(-1)
+            if got.size != regime.size:
+                why = f"{sweep_dir} holds {got.size} members, the map {regime.size}"
+            elif np.any((got != regime.reshape(-1)) & sw.completed):
+                why = f"the regimes of {sweep_dir} are not the map's (another map's sweep)"
+            else:
+                return sw
+    # The map's own files are sound: keep the map, say why its members are not.
+    warn_at_caller(
+        f"RegimeMap.load: the map is read without its sweep (per-member trajectories and "
+        f"evidence): {why}"
+    )
+    return None
+
+
 def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
     """`(axis names, recorded SHA-256, settings)` of a map's `regime_map.json` (`meta`,
     read from `jpath`), each field checked for the type `RegimeMap.save` writes: an edited
@@ -493,6 +525,8 @@ def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
     names = json_list(meta, "axes")
     if not 1 <= len(names) <= 2 or not all(type(n) is str for n in names):
         raise ValueError(f"its 'axes' is not a list of one or two names: {names!r:.80}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"its 'axes' repeats a name: {names}")
     if meta["regime_names"] != list(REGIME_NAMES):
         raise ValueError(
             f"it was written with regimes {meta['regime_names']!r:.120}, this version has "
@@ -523,13 +557,12 @@ def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
 
 
 def _json_coordinates(values: list, what: str) -> np.ndarray:
-    """A boundary's coordinates (a JSON array of numbers, `null` for NaN) as floats.
+    """A boundary's coordinates (a JSON array of finite numbers) as floats.
 
     **Raises:** `ValueError` naming `what` for anything else."""
-    ok = all(v is None or type(v) in (int, float) for v in values)
-    if not ok:
-        raise ValueError(f"its {what} is not a list of numbers")
-    return np.array([np.nan if v is None else v for v in values], float)
+    if not all(is_finite_number(v) for v in values):
+        raise ValueError(f"its {what} is not a list of finite numbers")
+    return np.array(values, float)
 
 
 def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
@@ -539,6 +572,7 @@ def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
     for name, shape in (("regime", cells + (inits,)), ("failed", cells + (inits,))):
         if arrays[name].shape != shape:
             raise ValueError(f"{name} has shape {arrays[name].shape}, not {shape}")
+    _check_kinds(arrays, cells)
     if not np.array_equal(arrays["failed"], arrays["regime"] == FAILED):
         raise ValueError("failed does not match the saved regimes' FAILED codes (altered)")
     derived = basin_fractions(arrays["regime"])
@@ -550,6 +584,45 @@ def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
             raise ValueError(f"{name} does not follow from the saved regimes (altered)")
     if "predicted" in arrays and arrays["predicted"].shape != cells:
         raise ValueError(f"predicted has shape {arrays['predicted'].shape}, not {cells}")
+
+
+# The NumPy kinds `RegimeMap.save` writes: integer codes, bool flags, float fractions.
+_MAP_KINDS = dict(
+    regime="iu",
+    failed="b",
+    fractions="f",
+    failed_fraction="f",
+    dominant="iu",
+    multistable="b",
+    predicted="iu",
+)
+
+
+def _check_kinds(arrays: dict, cells: tuple) -> None:
+    """Raise `ValueError` unless a saved map's arrays are of the kinds `save` writes, its
+    codes in range and its axes finite 1-D real values (what a map saved before its
+    archive was hashed is checked against)."""
+    for name, kinds in _MAP_KINDS.items():
+        if name in arrays and arrays[name].dtype.kind not in kinds:
+            raise ValueError(f"{name} is an array of {arrays[name].dtype}, not of kind {kinds!r}")
+    regime = arrays["regime"]
+    if regime.size and not (NOT_RUN <= regime.min() and regime.max() < len(REGIME_NAMES)):
+        raise ValueError(f"regime holds codes outside {NOT_RUN}..{len(REGIME_NAMES) - 1}")
+    predicted = arrays.get("predicted")
+    if (
+        predicted is not None
+        and predicted.size
+        and not (-1 <= predicted.min() and predicted.max() < len(REGIME_NAMES))
+    ):
+        raise ValueError(f"predicted holds codes outside -1..{len(REGIME_NAMES) - 1}")
+
+
+def _check_axes(axes: tuple) -> None:
+    """Raise `ValueError` unless every axis of a saved map is a 1-D array of finite real
+    values."""
+    for name, v in axes:
+        if v.ndim != 1 or v.dtype.kind not in "iuf" or not np.all(np.isfinite(v)):
+            raise ValueError(f"axis {name!r} is not a 1-D array of finite real values")
 
 
 def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -105,8 +105,24 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .._json import json_int, json_number, json_object, json_str, read_json_object
-from .._npz import check_recorded_sha256, load_npz_bytes, read_error_reason
+from .._json import (
+    check_summary_sha256,
+    is_finite_number,
+    json_int,
+    json_number,
+    json_object,
+    json_str,
+    read_json_object,
+    read_regular_file,
+    with_summary_sha256,
+)
+from .._npz import (
+    check_recorded_sha256,
+    check_sha256,
+    load_npz_bytes,
+    read_error_reason,
+    recorded_sha256,
+)
 from .._warn import warn_at_caller
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
@@ -1636,12 +1652,14 @@ class SweepResult:
         just those).
 
         **Raises:** `ValueError` naming the problem for a folder without a sweep
-        manifest, a damaged manifest (a field missing or of another type than the sweep
-        writes, e.g. a non-integer `num_members`, or a `num_save` its chunks do not hold)
-        or members file, a chunk of another sweep, or a
-        chunk whose `.npz` was altered after it was written (its SHA-256 differs from the
-        one its `.json` recorded; the file is named). A damaged chunk (unreadable
-        archive or summary) is skipped with a warning.
+        manifest; a damaged manifest (a field missing or of another type than the sweep
+        writes, e.g. a non-integer `num_members`: nothing is coerced) or one edited after
+        it was written (the SHA-256 of its contents, recorded since 2026-12-07, differs);
+        a members file that is damaged, or altered (its SHA-256, recorded in the manifest,
+        differs); a chunk of another sweep, or a chunk whose `.npz` was altered after it
+        was written (its SHA-256 differs from the one its `.json` recorded; the file is
+        named). A damaged chunk (an unreadable or edited archive or summary, or arrays of
+        other kinds or shapes than the sweep writes) is skipped with a warning.
         """
         return _load_sweep(os.fspath(out_dir))
 
@@ -2085,6 +2103,7 @@ def _read_manifest(out_dir) -> dict | None:
     try:
         old = read_json_object(manifest_path)
         _check_manifest_fields(old)
+        check_summary_sha256(old, manifest_path)
     except ValueError as err:
         raise ValueError(
             f"sweep: {manifest_path} is damaged ({err}); remove it, or pass "
@@ -2347,17 +2366,15 @@ def _run(
         as_read = json.loads(json.dumps(manifest, default=_json_default))
         _check_manifest(out_dir, fingerprint, runner.resume, resumed, as_read)
         if writer:
-            _atomic_write(
-                os.path.join(out_dir, "members.npz"),
-                lambda p: _write_npz(
-                    p,
-                    perm=perm,
-                    seeds=members.seeds,
-                    **{f"param:{k}": v for k, v in params.items()},
-                ),
+            data = _npz_bytes(
+                perm=perm, seeds=members.seeds, **{f"param:{k}": v for k, v in params.items()}
             )
+            _atomic_write(os.path.join(out_dir, "members.npz"), lambda p: _write_bytes(p, data))
+            # Recorded in the manifest (not part of the sweep's settings): loading refuses a
+            # members file altered after it was written.
+            recorded = dict(manifest, members_sha256=hashlib.sha256(data).hexdigest())
             _atomic_write(
-                os.path.join(out_dir, "manifest.json"), lambda p: _write_json(p, manifest)
+                os.path.join(out_dir, "manifest.json"), lambda p: _write_json(p, recorded)
             )
 
     sharding = NamedSharding(mesh, PartitionSpec("batch"))
@@ -2378,7 +2395,7 @@ def _run(
             chunk = None
             fresh = False
             if path is not None and runner.resume and os.path.exists(path):
-                found = _load_chunk(path, idx, fingerprint)
+                found = _load_chunk(path, idx, fingerprint, cfg.num_save)
                 if found is not None:
                     chunk, info = found
                     # The efficiency of the run that computed it (older files: unknown).
@@ -2629,14 +2646,13 @@ def _assemble(
 def _chunk_steps(info) -> tuple[float, float] | None:
     """`(Σ steps_i, slot-steps spent)` of a chunk as its summary recorded them (None for
     summaries written before they were recorded)."""
-    try:
-        useful, spent = float(info["useful_steps"]), float(info["spent_steps"])
-    except (KeyError, TypeError, ValueError):
+    useful, spent = info.get("useful_steps"), info.get("spent_steps")
+    if not (is_finite_number(useful) and is_finite_number(spent) and 0 <= useful <= spent):
         return None
-    return (useful, spent) if np.isfinite(useful) and np.isfinite(spent) else None
+    return float(useful), float(spent)
 
 
-def _load_chunk(path, members, fingerprint, *, strict=False):
+def _load_chunk(path, members, fingerprint, num_save, *, strict=False):
     """A finished chunk of this sweep from `path` and its summary (the `.json` beside it),
     or None (with a warning) when the file or its summary is damaged or missing, belongs to
     another sweep, does not hold the expected members and fields, or was altered: a valid
@@ -2648,8 +2664,7 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
     who = "SweepResult.load" if strict else "sweep"
     summary_path = path[:-4] + ".json"
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular_file(path)
         z = load_npz_bytes(data)  # reads every array: zip CRCs checked
         if str(z["fingerprint"]) != fingerprint:
             if strict:
@@ -2660,13 +2675,16 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
         chunk = {k: z[k] for k in _FIELDS}
         if not all(v.shape[:1] == members.shape for v in chunk.values()):
             raise _Refused("its fields have the wrong length")
+        problem = _chunk_field_problem(chunk, num_save)
+        if problem is not None:
+            raise _Refused(problem)
         if not os.path.exists(summary_path):
             # Every chunk is written with its summary (before its archive): without it the
             # archive cannot be checked against its recorded SHA-256.
             raise _Refused(f"its summary {summary_path} is missing (it cannot be checked)")
         try:
             info = read_json_object(summary_path)
-        except ValueError as err:
+        except (ValueError, OSError) as err:
             raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
         try:
             check_recorded_sha256(info, data, summary_path)
@@ -2675,6 +2693,10 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
             if strict:
                 raise ValueError(f"{who}: {path} is refused: {problem}.")
             raise _Refused(problem)
+        try:
+            check_summary_sha256(info, summary_path)  # after its fields: a wrong one is named
+        except ValueError as err:
+            raise _Refused(f"its summary cannot be trusted ({err})") from None
         return chunk, info
     except _Refused as err:
         problem = str(err)
@@ -2684,6 +2706,30 @@ def _load_chunk(path, members, fingerprint, *, strict=False):
         problem = f"it cannot be read ({read_error_reason(err)})"
     verb = "skipping" if strict else "recomputing"
     warn_at_caller(f"{who}: {verb} {path}: {problem}.")
+    return None
+
+
+def _chunk_field_problem(chunk: dict, num_save: int) -> str | None:
+    """What is wrong with a chunk's arrays (`_FIELDS`, leading axis already checked), or
+    None: each a real array of numbers (`R2` complex), `order` and `R2` of `num_save`
+    saves, the others one value per member, `regime` integer codes in range, `failed`
+    bool. A chunk written before archives were hashed is checked this way only."""
+    for k, v in chunk.items():
+        if v.dtype.kind not in ("fc" if k == "R2" else "biuf"):
+            return f"its {k!r} is an array of {v.dtype}"
+        want = (num_save,) if k in ("order", "R2") else ()
+        if v.shape[1:] != want:
+            return (
+                f"its {k!r} holds {v.shape[1:]} values per member, not {want} (the "
+                f"manifest's num_save = {num_save})"
+            )
+    regime = chunk["regime"]
+    if regime.dtype.kind not in "iu" or (
+        regime.size and not (NOT_RUN <= regime.min() and regime.max() < len(REGIME_NAMES))
+    ):
+        return "its 'regime' is not integer regime codes"
+    if chunk["failed"].dtype.kind != "b":
+        return "its 'failed' is not bool"
     return None
 
 
@@ -2710,6 +2756,11 @@ def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, in
     cfg = json_object(man, "config")
     t1 = json_number(cfg, "t1", positive=True, where="config ")
     num_save = json_int(cfg, "num_save", minimum=2, where="config ")
+    if "regime_names" in man and man["regime_names"] != list(REGIME_NAMES):
+        raise ValueError(
+            f"it was written with regimes {_short(man['regime_names'])}, this version has "
+            f"{list(REGIME_NAMES)}"
+        )
     return fingerprint, sizes, B, shape, cfg, t1, num_save
 
 
@@ -2720,6 +2771,8 @@ def _load_sweep(out_dir: str) -> SweepResult:
     try:
         man = read_json_object(manifest_path)
         fingerprint, sizes, B, shape, cfg, t1, num_save = _manifest_for_load(man)
+        check_summary_sha256(man, manifest_path)  # after the fields: a wrong one is named
+        members_sha256 = recorded_sha256(man, manifest_path, key="members_sha256")
     except KeyError as err:
         raise ValueError(
             f"SweepResult.load: {manifest_path} is damaged (it has no {err.args[0]!r})."
@@ -2728,9 +2781,9 @@ def _load_sweep(out_dir: str) -> SweepResult:
         raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err}).") from None
     members_path = os.path.join(out_dir, "members.npz")
     try:
-        with open(members_path, "rb") as f:  # read whole and closed, damaged or not
-            data = f.read()
+        data = read_regular_file(members_path)  # read whole and closed, damaged or not
         z = load_npz_bytes(data)
+        check_sha256(data, members_sha256, manifest_path)
         perm = z["perm"]
         seeds = z["seeds"]
         params = {k[6:]: z[k] for k in z if k.startswith("param:")}
@@ -2738,12 +2791,17 @@ def _load_sweep(out_dir: str) -> SweepResult:
             raise ValueError(f"{B} members expected")
         if perm.dtype.kind not in "iu" or not np.array_equal(np.sort(perm), np.arange(B)):
             raise ValueError(f"its 'perm' is not an order of the {B} members")
+        if seeds.dtype.kind not in "iu":
+            raise ValueError(f"its 'seeds' are {seeds.dtype}, not integers")
         for k, v in params.items():
-            if v.shape[:1] != (B,):
-                raise ValueError(f"its parameter {k!r} has shape {v.shape}, not ({B}, ...)")
+            if v.shape[:1] != (B,) or v.dtype.kind not in "biufc":
+                raise ValueError(
+                    f"its parameter {k!r} is {v.dtype} of shape {v.shape}, not numbers of "
+                    f"shape ({B}, ...)"
+                )
     except Exception as err:
         raise ValueError(
-            f"SweepResult.load: {members_path} is missing or damaged ({type(err).__name__}: {err})."
+            f"SweepResult.load: {members_path} is missing or damaged ({read_error_reason(err)})."
         ) from None
     outs: dict[str, np.ndarray] = {}
     completed = np.zeros(B, bool)
@@ -2763,16 +2821,11 @@ def _load_sweep(out_dir: str) -> SweepResult:
                     "members are reported not run."
                 )
             continue
-        found = _load_chunk(path, idx, fingerprint, strict=True)
+        found = _load_chunk(path, idx, fingerprint, num_save, strict=True)
         if found is None:
             skipped += 1
             continue
         chunk, info = found
-        if chunk["order"].shape[1:] != (num_save,):
-            raise ValueError(
-                f"SweepResult.load: {path} holds {chunk['order'].shape[1:]} saves per member, "
-                f"while {manifest_path} says num_save = {num_save} (the manifest was edited)."
-            )
         steps_known = _chunk_steps(info)
         if steps_known is not None:
             useful += steps_known[0]
@@ -2820,11 +2873,6 @@ def _load_sweep(out_dir: str) -> SweepResult:
     )
 
 
-def _write_npz(path, **arrays):
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
-
-
 def _npz_bytes(**arrays) -> bytes:
     """The `.npz` archive of `arrays`, as bytes (hashed, then written)."""
     buf = io.BytesIO()
@@ -2838,8 +2886,10 @@ def _write_bytes(path, data: bytes):
 
 
 def _write_json(path, obj):
+    """Write the summary `obj` with the SHA-256 of its contents (`check_summary_sha256`
+    refuses it when read after an edit)."""
     with open(path, "w") as f:
-        json.dump(obj, f, indent=1, default=_json_default)
+        json.dump(with_summary_sha256(obj, _json_default), f, indent=1)
 
 
 def _json_default(x):
