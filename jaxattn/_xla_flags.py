@@ -5,7 +5,6 @@ import importlib.util
 import mmap
 import os
 import re
-import warnings
 from collections.abc import Callable, MutableMapping
 
 __all__ = [
@@ -167,12 +166,12 @@ def _append_flag(
         from jax._src import xla_bridge
 
         if getattr(xla_bridge, "backends_are_initialized", lambda: False)():
-            warnings.warn(
+            from ._warn import warn_at_caller  # JAX has started: importing it costs nothing
+
+            warn_at_caller(
                 f"{where}: JAX has already started and XLA read XLA_FLAGS then; nothing was "
                 "changed. Call it first thing in the script or notebook (before anything "
-                f"runs on JAX), or start Python with XLA_FLAGS='{flag}'.",
-                UserWarning,
-                stacklevel=3,
+                f"runs on JAX), or start Python with XLA_FLAGS='{flag}'."
             )
             return False
     env["XLA_FLAGS"] = (flags + " " + flag).strip()

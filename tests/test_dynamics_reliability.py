@@ -302,8 +302,9 @@ def test_single_token_is_degenerate_not_clustering():
 
     ts = jnp.linspace(0.0, 10.0, 41)
     xs = jnp.stack([jnp.cos(0.1 * ts), jnp.sin(0.1 * ts)], -1)[:, None, :]  # one token
-    with pytest.warns(UserWarning, match="n = 1 token is a degenerate configuration"):
+    with pytest.warns(UserWarning, match="n = 1 token is a degenerate configuration") as w:
         regime, ev = jax.jit(classify_tokens)(ts, xs)
+    assert [x.filename for x in w] == [__file__]  # this line, through jit
     assert regime == REGIMES.undetermined  # used to be clustering with order 1
     assert float(ev.final_order) == pytest.approx(1.0)
 
@@ -443,8 +444,11 @@ def test_classifying_a_failed_solve_warns_and_a_traced_one_stays_silent():
     field = AttentionDynamics(jnp.array(ROT), jnp.eye(2))
     short = simulate(field, _x0(), t1=10.0, num_save=21, max_steps=3, throw=False)
     assert short.result == RESULTS.max_steps_reached
-    with pytest.warns(UserWarning, match=r"did not succeed \(The maximum number of solver steps"):
+    with pytest.warns(
+        UserWarning, match=r"did not succeed \(The maximum number of solver steps"
+    ) as w:
         regime, _ = classify_regime(short)
+    assert [x.filename for x in w] == [__file__]
     assert regime == REGIMES.undetermined
     whole = simulate(field, _x0(), t1=10.0, num_save=21)
     with warnings.catch_warnings():

@@ -394,8 +394,9 @@ def test_version_1_checkpoint_loads_with_a_warning(tmp_path):
     (step / "manifest.json").write_text(json.dumps(manifest))
     with pytest.warns(
         UserWarning, match="records no leaf paths; model.eqx is loaded by leaf order"
-    ):
+    ) as w:
         back, _, _ = load_checkpoint(step, like_model=saved)
+    assert {x.filename for x in w} == {__file__}
     assert bool(eqx.tree_equal(back, saved))
     manifest["format_version"] = 3
     (step / "manifest.json").write_text(json.dumps(manifest))

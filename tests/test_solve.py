@@ -287,8 +287,9 @@ def test_traced_zero_token_gets_result_code():
 def test_off_sphere_tokens_are_normalised_with_warning():
     eye = jnp.eye(D)
     field = AttentionDynamics(eye, eye)
-    with pytest.warns(UserWarning, match="normalised before solving"):
+    with pytest.warns(UserWarning, match="normalised before solving") as w:
         off = simulate(field, 2.0 * _x0(), t1=1000.0, ts=_LATE)
+    assert [x.filename for x in w] == [__file__]
     on = simulate(field, _x0(), t1=1000.0, ts=_LATE)
     np.testing.assert_allclose(float(off.initial_deviation), 1.0, rtol=1e-12)
     np.testing.assert_array_equal(off.xs, on.xs)

@@ -216,6 +216,7 @@ def test_a_call_after_jax_started_warns_and_changes_nothing(name, monkeypatch):
     if not known():  # this jaxlib has no use for it: nothing to warn about
         assert getattr(jaxattn, name)() is False
         return
-    with pytest.warns(UserWarning, match=rf"{name}: JAX has already started .* nothing was"):
+    with pytest.warns(UserWarning, match=rf"{name}: JAX has already started .* nothing was") as w:
         assert getattr(jaxattn, name)() is False
+    assert [x.filename for x in w] == [__file__]
     assert os.environ["XLA_FLAGS"] == ""

@@ -14,7 +14,6 @@ finite gradients everywhere, including at exact consensus (all tokens equal).
 
 import functools
 import operator
-import warnings
 from collections.abc import Mapping
 
 import equinox as eqx
@@ -23,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float, Int
 
+from .._warn import warn_at_caller
 from ..sphere import _atan2, _sort, _step_angle, normalise
 from ._lyapunov import CHAOS_CONFIDENCE, CHAOS_FLOOR
 from ._solve import RESULTS, Trajectory
@@ -1153,12 +1153,10 @@ def classify_regime(
         )
     failed = _concrete_failures(trajectory.result)
     if failed:
-        warnings.warn(
+        warn_at_caller(
             f"classify_regime: the trajectory's solve did not succeed ({failed}); it is "
             "classified from the saves it reached, and its evidence describes only those "
-            "(a sweep reports such a member as failed).",
-            UserWarning,
-            stacklevel=2,
+            "(a sweep reports such a member as failed)."
         )
     return classify_tokens(
         trajectory.ts,
@@ -1208,12 +1206,10 @@ def classify_tokens(
     if xs.shape[1] < 1 or xs.shape[2] < 2:
         raise ValueError(f"{where}: need n >= 1 tokens in d >= 2, got xs of shape {xs.shape}.")
     if xs.shape[1] == 1:
-        warnings.warn(
+        warn_at_caller(
             f"{where}: n = 1 token is a degenerate configuration (one token is not a cluster; "
             f"its clustering gap is zero by definition); the regime is reported as "
-            f"undetermined.",
-            UserWarning,
-            stacklevel=2,
+            f"undetermined."
         )
     if not jnp.issubdtype(xs.dtype, jnp.floating):
         raise ValueError(f"{where}: xs must be real floating point, got dtype {xs.dtype}.")

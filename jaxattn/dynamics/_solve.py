@@ -2,7 +2,6 @@
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .._warn import warn_at_caller
 from ..sphere import normalise, safe_norm
 from ._segments import Problem, solve_problem
 from ._vector_field import AttentionDynamics, _is_concrete, unit_columns
@@ -924,11 +924,9 @@ def simulate(
     d = field.d if isinstance(getattr(field, "d", None), int) else None
     x0, deviation = check_tokens(x0, d, allow_zero=manifold == "euclidean" and not builtin)
     if manifold == "sphere" and deviation is not None and deviation > 1e-6:
-        warnings.warn(
+        warn_at_caller(
             f"simulate: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
-            f"{deviation:.3g}); they were normalised before solving.",
-            UserWarning,
-            stacklevel=2,
+            f"{deviation:.3g}); they were normalised before solving."
         )
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))

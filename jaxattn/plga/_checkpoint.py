@@ -33,6 +33,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._warn import warn_at_caller
+
 __all__ = [
     "CheckpointError",
     "FORMAT",
@@ -288,12 +290,9 @@ def usable_checkpoint(
 def _deserialise(path: pathlib.Path, name: str, like, manifest: dict):
     saved = (manifest.get("leaves") or {}).get(name)
     if saved is None:
-        import warnings
-
-        warnings.warn(
+        warn_at_caller(
             f"checkpoint {path}: format version {manifest.get('format_version')} records no leaf "
-            f"paths; {name} is loaded by leaf order and shape only",
-            stacklevel=3,
+            f"paths; {name} is loaded by leaf order and shape only"
         )
     else:
         diff = _leaf_differences(saved, leaf_records(like))
