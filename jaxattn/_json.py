@@ -57,6 +57,26 @@ def read_json_object(path) -> dict:
     return obj
 
 
+def read_summary(path, fields, damaged: str):
+    """`fields(obj)` for the JSON object `obj` in the file `path`, whose own SHA-256
+    (`check_summary_sha256`) is checked after `fields` has read it (a field of the wrong
+    type is then named, not just "edited").
+
+    **Raises:** `ValueError` `f"{damaged} ({why})."` when the file cannot be read, lacks a
+    field (`KeyError` from `fields`), holds a wrong one (`ValueError`) or was edited.
+    """
+    try:
+        obj = read_json_object(path)
+        out = fields(obj)
+        check_summary_sha256(obj, path)
+        return out
+    except KeyError as err:
+        why = f"it has no {err.args[0]!r}"
+    except (ValueError, OSError) as err:
+        why = str(err)
+    raise ValueError(f"{damaged} ({why}).")
+
+
 def _contents_sha256(obj: dict) -> str:
     """SHA-256 of a summary's contents (every key but `SUMMARY_SHA256`), as canonical JSON
     text (sorted keys): the same for the object written and for the object read back."""

@@ -24,15 +24,14 @@ import jax
 import numpy as np
 
 from .._json import (
-    check_summary_sha256,
     is_finite_number,
     json_int,
     json_list,
     json_number,
     json_object,
     json_str,
-    read_json_object,
     read_regular_file,
+    read_summary,
 )
 from .._npz import check_sha256, load_npz_bytes, read_error_reason, recorded_sha256
 from .._warn import warn_at_caller
@@ -432,16 +431,11 @@ class RegimeMap:
                 f"RegimeMap.load: {out_dir!r} holds no regime map "
                 "(regime_map.json and regime_map.npz)."
             )
-        try:
-            meta = read_json_object(jpath)
-            names, recorded, settings = _map_settings(meta, jpath)
-            check_summary_sha256(meta, jpath)  # after the fields: a wrong one is named
-        except KeyError as err:
-            raise ValueError(
-                f"RegimeMap.load: {jpath} is damaged or foreign (it has no {err.args[0]!r})."
-            ) from None
-        except (ValueError, OSError) as err:
-            raise ValueError(f"RegimeMap.load: {jpath} is damaged or foreign ({err}).") from None
+        names, recorded, settings = read_summary(
+            jpath,
+            lambda meta: _map_settings(meta, jpath),
+            f"RegimeMap.load: {jpath} is damaged or foreign",
+        )
         inits = settings["inits"]
         try:
             data = read_regular_file(npath)

@@ -114,6 +114,7 @@ from .._json import (
     json_str,
     read_json_object,
     read_regular_file,
+    read_summary,
     with_summary_sha256,
 )
 from .._npz import (
@@ -2756,6 +2757,8 @@ def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, in
     cfg = json_object(man, "config")
     t1 = json_number(cfg, "t1", positive=True, where="config ")
     num_save = json_int(cfg, "num_save", minimum=2, where="config ")
+    if not isinstance(man.get("environment", {}), dict):
+        raise ValueError("its 'environment' is not an object")
     if "regime_names" in man and man["regime_names"] != list(REGIME_NAMES):
         raise ValueError(
             f"it was written with regimes {_short(man['regime_names'])}, this version has "
@@ -2768,17 +2771,15 @@ def _load_sweep(out_dir: str) -> SweepResult:
     manifest_path = os.path.join(out_dir, "manifest.json")
     if not os.path.isfile(manifest_path):
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
-    try:
-        man = read_json_object(manifest_path)
-        fingerprint, sizes, B, shape, cfg, t1, num_save = _manifest_for_load(man)
-        check_summary_sha256(man, manifest_path)  # after the fields: a wrong one is named
-        members_sha256 = recorded_sha256(man, manifest_path, key="members_sha256")
-    except KeyError as err:
-        raise ValueError(
-            f"SweepResult.load: {manifest_path} is damaged (it has no {err.args[0]!r})."
-        ) from None
-    except (ValueError, OSError) as err:
-        raise ValueError(f"SweepResult.load: {manifest_path} is damaged ({err}).") from None
+    man, (fingerprint, sizes, B, shape, cfg, t1, num_save), members_sha256 = read_summary(
+        manifest_path,
+        lambda man: (
+            man,
+            _manifest_for_load(man),
+            recorded_sha256(man, manifest_path, key="members_sha256"),
+        ),
+        f"SweepResult.load: {manifest_path} is damaged",
+    )
     members_path = os.path.join(out_dir, "members.npz")
     try:
         data = read_regular_file(members_path)  # read whole and closed, damaged or not
