@@ -27,12 +27,13 @@ def read_regular_file(path, *, limit: int | None = None) -> bytes:
     **Raises:** `ValueError` for something that is not a regular file, or one larger than
     `limit` bytes; `OSError` when it cannot be opened.
     """
+    # Checked before opening: opening a pipe for reading waits for a writer.
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("it is not a regular file (a device, a pipe or a folder)")
+    if limit is not None and info.st_size > limit:
+        raise ValueError(f"it holds {info.st_size} bytes, more than a summary's {limit}")
     with open(path, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file (a device, a pipe or a folder)")
-        if limit is not None and info.st_size > limit:
-            raise ValueError(f"it holds {info.st_size} bytes, more than a summary's {limit}")
         return f.read()
 
 
@@ -149,7 +150,7 @@ def _shown(value) -> str:
 
 def json_int(obj: dict, key: str, *, minimum: int | None = None, where: str = "") -> int:
     """`obj[key]` as an integer: a JSON number without a fractional part (`3`, or `3.0`
-    as another writer may give it), at least `minimum`.
+    as another writer may give it) that an int64 holds, at least `minimum`.
 
     **Raises:** `KeyError` when the key is missing; `ValueError` naming `key` for
     anything else (a string, a boolean, `null`, `2.7`, `1e999`).
@@ -162,6 +163,8 @@ def json_int(obj: dict, key: str, *, minimum: int | None = None, where: str = ""
     if not exact:
         raise ValueError(f"its {name} is not an integer: {_shown(value)}")
     value = int(value)
+    if abs(value) >= 2**63:  # nothing the package writes; NumPy's int64 would overflow
+        raise ValueError(f"its {name} is out of range: {_shown(value)}")
     if minimum is not None and value < minimum:
         raise ValueError(f"its {name} is {value}, below {minimum}")
     return value
