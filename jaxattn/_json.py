@@ -53,6 +53,10 @@ def read_json_object(path) -> dict:
         ) from None
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
+    except ValueError as err:
+        if "int_max_str_digits" in str(err):  # Python's advice is to lift its own limit
+            raise ValueError("it holds an integer of more than 4300 digits") from None
+        raise
     if not isinstance(obj, dict):
         raise ValueError(f"it holds a JSON {_json_kind(obj)}, not an object")
     return obj

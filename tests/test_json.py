@@ -96,6 +96,9 @@ def test_only_regular_files_are_read(tmp_path):
     path.write_text("[" * 100_000)
     with pytest.raises(ValueError, match="nested too deeply"):
         read_json_object(path)
+    path.write_text('{"n": ' + "9" * 5000 + "}")
+    with pytest.raises(ValueError, match="an integer of more than 4300 digits$"):
+        read_json_object(path)
     path.write_text("[1, 2]")
     with pytest.raises(ValueError, match="it holds a JSON array, not an object"):
         read_json_object(path)

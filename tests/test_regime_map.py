@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxattn._json import with_summary_sha256
 from jaxattn.dynamics import (
     FAILED,
     NOT_RUN,
@@ -311,6 +312,11 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     (bad / "regime_map.json").write_text("[" * 100_000)
     with pytest.raises(ValueError, match="regime_map.json is damaged .*nested too deeply"):
         RegimeMap.load(bad)
+    # A summary that hashes itself (this version's) without its archive's hash: refused.
+    unhashed = {k: v for k, v in meta.items() if k not in ("summary_sha256", "npz_sha256")}
+    (bad / "regime_map.json").write_text(json.dumps(with_summary_sha256(unhashed)))
+    with pytest.raises(ValueError, match="regime_map.json is damaged .*records no npz_sha256"):
+        RegimeMap.load(bad)
     # An edit of the right type: the summary's SHA-256 of its own contents differs.
     for edited in ({**meta, "seconds": 1.5}, {**meta, "fixed": {"beta": 2.0}}):
         (bad / "regime_map.json").write_text(json.dumps(edited, indent=2))
@@ -330,6 +336,8 @@ def test_loading_refuses_damaged_or_foreign_folders(rotating_map, tmp_path):
     del meta["npz_sha256"]
     (bad / "regime_map.json").write_text(json.dumps(meta))
     edits = {
+        "axis 'a' is not strictly increasing": dict(axis_0=arrays["axis_0"][::-1]),
+        "arrays save never writes: \\['axis_2'\\]": dict(axis_2=arrays["axis_0"]),
         "regime is an array of float64": dict(regime=arrays["regime"].astype(float)),
         "regime holds codes outside": dict(regime=arrays["regime"] + 99),
         "axis 'a' is not a 1-D array of finite": dict(axis_0=np.full(6, np.nan)),
@@ -434,9 +442,37 @@ def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
             SweepResult.load(folder / "sweep")
     # A sweep whose regimes are not the map's (an old chunk edited): the map is kept alone.
     np.savez(chunk, **{**arrays, "regime": (arrays["regime"] + 1) % 4})
-    with pytest.warns(UserWarning, match="regimes of .*sweep are not the map's"):
+    with pytest.warns(UserWarning, match="regimes of .*sweep differ from the map's"):
         assert RegimeMap.load(folder).sweep is None
+    for message, edit in {
+        "'failed' does not match": dict(failed=~arrays["failed"]),
+        "'rate' holds values that are not positive": dict(rate=0 * arrays["rate"]),
+    }.items():
+        np.savez(chunk, **{**arrays, **edit})
+        with pytest.warns(UserWarning, match=f"skipping .*chunk_00000.npz: its {message}"):
+            with pytest.raises(ValueError, match="no readable finished chunk"):
+                SweepResult.load(folder / "sweep")
     np.savez(chunk, **arrays)
+    assert RegimeMap.load(folder).sweep is not None
+    # Under a manifest that hashes itself (this version's), a chunk summary without its
+    # hashes is an edit, not an old file; so is such a manifest without members_sha256.
+    path.write_text(json.dumps(good))
+    shutil.copy(out / "sweep" / "members.npz", folder / "sweep" / "members.npz")
+    with pytest.warns(UserWarning, match="records no SHA-256, which every chunk of this sweep"):
+        with pytest.raises(ValueError, match="no readable finished chunk"):
+            SweepResult.load(folder / "sweep")
+    unhashed = {k: v for k, v in good.items() if k not in ("summary_sha256", "members_sha256")}
+    path.write_text(json.dumps(with_summary_sha256(unhashed)))
+    with pytest.raises(ValueError, match="records no members_sha256, which every manifest"):
+        SweepResult.load(folder / "sweep")
+    # The map records its sweep's fingerprint: another sweep in its place is refused.
+    shutil.rmtree(folder / "sweep")
+    shutil.copytree(out / "sweep", folder / "sweep")
+    other = {k: v for k, v in good.items() if k != "summary_sha256"}
+    path.write_text(json.dumps(with_summary_sha256({**other, "fingerprint": "0" * 64})))
+    with pytest.warns(UserWarning, match="sweep is not the sweep this map recorded"):
+        assert RegimeMap.load(folder).sweep is None
+    shutil.copy(out / "sweep" / "manifest.json", path)
     assert RegimeMap.load(folder).sweep is not None
     # Its only readable chunks damaged: one warning each, and the error says so.
     chunks = sorted((folder / "sweep").glob("chunk_*.npz"))

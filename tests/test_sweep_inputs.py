@@ -306,6 +306,10 @@ def test_a_loaded_sweep_reports_the_efficiency_of_its_run(written, tmp_path):
         for key in ("useful_steps", "spent_steps", "npz_sha256", "summary_sha256"):
             info.pop(key)
         (old / f"chunk_0000{c}.json").write_text(json.dumps(info))
+    man = json.loads((old / "manifest.json").read_text())
+    for key in ("summary_sha256", "members_sha256"):  # an old folder hashes nothing
+        man.pop(key)
+    (old / "manifest.json").write_text(json.dumps(man))
     assert np.isnan(SweepResult.load(old).lockstep_efficiency)
 
 

@@ -24,12 +24,14 @@ import jax
 import numpy as np
 
 from .._json import (
+    SUMMARY_SHA256,
     is_finite_number,
     json_int,
     json_list,
     json_number,
     json_object,
     json_str,
+    read_json_object,
     read_regular_file,
     read_summary,
 )
@@ -401,6 +403,10 @@ class RegimeMap:
             seconds=self.seconds,
             summary=self.summary(),
         )
+        fingerprint = _sweep_fingerprint(os.path.join(out_dir, "sweep"))
+        if fingerprint is not None:
+            # `load` keeps only this sweep: another map's `sweep/` folder is refused.
+            meta["sweep_fingerprint"] = fingerprint
         _atomic_write(os.path.join(out_dir, "regime_map.json"), lambda p: _write_json(p, meta))
         return out_dir
 
@@ -462,7 +468,9 @@ class RegimeMap:
             raise ValueError(
                 f"RegimeMap.load: {npath} is damaged or does not fit {jpath} ({why})."
             ) from None
-        sw = _load_map_sweep(os.path.join(out_dir, "sweep"), arrays["regime"])
+        sw = _load_map_sweep(
+            os.path.join(out_dir, "sweep"), arrays["regime"], settings.pop("sweep_fingerprint")
+        )
         return cls(
             axes=axes,
             regime=arrays["regime"],
@@ -477,9 +485,20 @@ class RegimeMap:
         )
 
 
-def _load_map_sweep(sweep_dir: str, regime: np.ndarray) -> SweepResult | None:
+def _sweep_fingerprint(sweep_dir: str) -> str | None:
+    """The fingerprint in the manifest of the sweep folder `sweep_dir` (None without a
+    readable one)."""
+    try:
+        fingerprint = read_json_object(os.path.join(sweep_dir, "manifest.json"))["fingerprint"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return fingerprint if isinstance(fingerprint, str) else None
+
+
+def _load_map_sweep(sweep_dir: str, regime: np.ndarray, fingerprint: str | None):
     """The sweep saved with a map (`sweep_dir`), or None with a `UserWarning` saying why
-    when it cannot be read or is not the map's: its members must be the map's cells times
+    when it cannot be read or is not the map's: its manifest must hold the `fingerprint`
+    the map recorded (maps saved since 2026-12-07), its members be the map's cells times
     inits and agree with the map's `regime` wherever they were loaded. A map saved
     without a sweep folder gives None silently."""
     why = None
@@ -489,6 +508,9 @@ def _load_map_sweep(sweep_dir: str, regime: np.ndarray) -> SweepResult | None:
         why = f"{sweep_dir} is a file, not a sweep folder"
     elif not os.path.isdir(sweep_dir):
         return None
+    elif fingerprint is not None and _sweep_fingerprint(sweep_dir) not in (None, fingerprint):
+        # (An unreadable manifest is named by SweepResult.load below.)
+        why = f"{sweep_dir} is not the sweep this map recorded (its fingerprint differs)"
     else:
         try:
             sw = SweepResult.load(sweep_dir)
@@ -499,7 +521,10 @@ def _load_map_sweep(sweep_dir: str, regime: np.ndarray) -> SweepResult | None:
             if got.size != regime.size:
                 why = f"{sweep_dir} holds {got.size} members, the map {regime.size}"
             elif np.any((got != regime.reshape(-1)) & sw.completed):
-                why = f"the regimes of {sweep_dir} are not the map's (another map's sweep)"
+                why = (
+                    f"the regimes of {sweep_dir} differ from the map's (it is another map's "
+                    "sweep, or one of the two was edited)"
+                )
             else:
                 return sw
     # The map's own files are sound: keep the map, say why its members are not.
@@ -527,6 +552,9 @@ def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
             f"{list(REGIME_NAMES)}"
         )
     recorded = recorded_sha256(meta, jpath)
+    if recorded is None and SUMMARY_SHA256 in meta:
+        # A summary that hashes itself was written since 2026-12-07, with its archive's hash.
+        raise ValueError("it records no npz_sha256, which every map since 2026-12-06 records")
     boundaries = []
     for i, b in enumerate(json_list(meta, "boundaries")):
         where = f"boundaries[{i}] "
@@ -546,6 +574,9 @@ def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
         inits=json_int(meta, "inits", minimum=1),
         seconds=json_number(meta, "seconds", minimum=0.0) if "seconds" in meta else 0.0,
         boundaries=boundaries,
+        sweep_fingerprint=(
+            json_str(meta, "sweep_fingerprint") if "sweep_fingerprint" in meta else None
+        ),
     )
     return names, recorded, settings
 
@@ -596,6 +627,9 @@ def _check_kinds(arrays: dict, cells: tuple) -> None:
     """Raise `ValueError` unless a saved map's arrays are of the kinds `save` writes, its
     codes in range and its axes finite 1-D real values (what a map saved before its
     archive was hashed is checked against)."""
+    unknown = sorted(set(arrays) - set(_MAP_KINDS))
+    if unknown:
+        raise ValueError(f"it holds arrays save never writes: {unknown}")
     for name, kinds in _MAP_KINDS.items():
         if name in arrays and arrays[name].dtype.kind not in kinds:
             raise ValueError(f"{name} is an array of {arrays[name].dtype}, not of kind {kinds!r}")
@@ -613,10 +647,12 @@ def _check_kinds(arrays: dict, cells: tuple) -> None:
 
 def _check_axes(axes: tuple) -> None:
     """Raise `ValueError` unless every axis of a saved map is a 1-D array of finite real
-    values."""
+    values, strictly increasing (as `regime_map` requires)."""
     for name, v in axes:
         if v.ndim != 1 or v.dtype.kind not in "iuf" or not np.all(np.isfinite(v)):
             raise ValueError(f"axis {name!r} is not a 1-D array of finite real values")
+        if np.any(np.diff(v) <= 0):
+            raise ValueError(f"axis {name!r} is not strictly increasing")
 
 
 def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -106,6 +106,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._json import (
+    SUMMARY_SHA256,
     check_summary_sha256,
     is_finite_number,
     json_int,
@@ -2396,7 +2397,9 @@ def _run(
             chunk = None
             fresh = False
             if path is not None and runner.resume and os.path.exists(path):
-                found = _load_chunk(path, idx, fingerprint, cfg.num_save)
+                found = _load_chunk(
+                    path, idx, fingerprint, cfg.num_save, hashed=_hashes_itself(resumed)
+                )
                 if found is not None:
                     chunk, info = found
                     # The efficiency of the run that computed it (older files: unknown).
@@ -2653,7 +2656,13 @@ def _chunk_steps(info) -> tuple[float, float] | None:
     return float(useful), float(spent)
 
 
-def _load_chunk(path, members, fingerprint, num_save, *, strict=False):
+def _hashes_itself(summary: dict | None) -> bool:
+    """Whether a summary records the SHA-256 of its own contents: written since 2026-12-07,
+    with every hash this version writes (an old folder's files carry none)."""
+    return summary is not None and SUMMARY_SHA256 in summary
+
+
+def _load_chunk(path, members, fingerprint, num_save, *, hashed=False, strict=False):
     """A finished chunk of this sweep from `path` and its summary (the `.json` beside it),
     or None (with a warning) when the file or its summary is damaged or missing, belongs to
     another sweep, does not hold the expected members and fields, or was altered: a valid
@@ -2687,6 +2696,12 @@ def _load_chunk(path, members, fingerprint, num_save, *, strict=False):
             info = read_json_object(summary_path)
         except (ValueError, OSError) as err:
             raise _Refused(f"its summary {summary_path} cannot be read ({err})") from None
+        if hashed and not (SUMMARY_SHA256 in info and "npz_sha256" in info):
+            # The sweep's manifest was written by a version that hashes every file.
+            raise _Refused(
+                f"its summary {summary_path} records no SHA-256, which every chunk of this "
+                "sweep records (it was edited)"
+            )
         try:
             check_recorded_sha256(info, data, summary_path)
         except ValueError as err:
@@ -2731,6 +2746,11 @@ def _chunk_field_problem(chunk: dict, num_save: int) -> str | None:
         return "its 'regime' is not integer regime codes"
     if chunk["failed"].dtype.kind != "b":
         return "its 'failed' is not bool"
+    if not np.array_equal(chunk["failed"], regime == FAILED):
+        return "its 'failed' does not match its regimes' FAILED codes"
+    rate = chunk["rate"]
+    if np.any(~np.isnan(rate) & ~((rate > 0) & np.isfinite(rate))):
+        return "its 'rate' holds values that are not positive and finite"
     return None
 
 
@@ -2780,6 +2800,12 @@ def _load_sweep(out_dir: str) -> SweepResult:
         ),
         f"SweepResult.load: {manifest_path} is damaged",
     )
+    hashed = _hashes_itself(man)
+    if hashed and members_sha256 is None:
+        raise ValueError(
+            f"SweepResult.load: {manifest_path} is damaged (it records no members_sha256, "
+            "which every manifest that hashes itself records)."
+        )
     members_path = os.path.join(out_dir, "members.npz")
     try:
         data = read_regular_file(members_path)  # read whole and closed, damaged or not
@@ -2822,7 +2848,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
                     "members are reported not run."
                 )
             continue
-        found = _load_chunk(path, idx, fingerprint, num_save, strict=True)
+        found = _load_chunk(path, idx, fingerprint, num_save, hashed=hashed, strict=True)
         if found is None:
             skipped += 1
             continue
