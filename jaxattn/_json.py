@@ -12,12 +12,12 @@ import hashlib
 import json
 import math
 import os
-import re
 import stat
+
+from ._npz import recorded_sha256
 
 # The key under which a summary records the SHA-256 of its own contents (every other key).
 SUMMARY_SHA256 = "summary_sha256"
-_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def read_regular_file(path, *, limit: int | None = None) -> bytes:
@@ -104,15 +104,8 @@ def check_summary_sha256(obj: dict, where: str) -> None:
 
     **Raises:** `ValueError` when the recorded value is not a SHA-256 or differs from the
     contents' (the file was edited after it was written)."""
-    if SUMMARY_SHA256 not in obj:
-        return
-    recorded = obj[SUMMARY_SHA256]
-    if not isinstance(recorded, str) or not _SHA256_HEX.fullmatch(recorded):
-        raise ValueError(
-            f"{where} records {SUMMARY_SHA256} = {_shown(recorded)}, not a SHA-256 (64 "
-            "lower-case hex digits): the summary was edited or is damaged"
-        )
-    if _contents_sha256(obj) != recorded:
+    recorded = recorded_sha256(obj, where, key=SUMMARY_SHA256)  # the format checked there
+    if recorded is not None and _contents_sha256(obj) != recorded:
         raise ValueError(
             f"the contents of {where} differ from the SHA-256 it records ({SUMMARY_SHA256}): "
             "it was edited after it was written"

@@ -71,7 +71,7 @@ def test_a_summary_records_the_sha256_of_its_own_contents(tmp_path):
     for edit in ({"t1": 50.5}, {"big": 2**70 + 1}, {"nested": {"x": [1e-299]}}, {"extra": 1}):
         with pytest.raises(ValueError, match="s.json differ from the SHA-256 it records"):
             check_summary_sha256({**back, **edit}, str(path))
-    with pytest.raises(ValueError, match="records summary_sha256 = null, not a SHA-256"):
+    with pytest.raises(ValueError, match="records summary_sha256 = None, not a SHA-256"):
         check_summary_sha256({**back, SUMMARY_SHA256: None}, str(path))
     check_summary_sha256({k: v for k, v in back.items() if k != SUMMARY_SHA256}, "old.json")
     # read_summary: the fields first (a wrong one is named), then the hash.

@@ -49,6 +49,7 @@ from ._sweep import (
     Runner,
     SweepResult,
     _atomic_write,
+    _codes_in_range,
     _npz_bytes,
     _write_bytes,
     _write_json,
@@ -597,7 +598,7 @@ def _check_map_arrays(arrays: dict, cells: tuple, inits: int) -> None:
     for name, shape in (("regime", cells + (inits,)), ("failed", cells + (inits,))):
         if arrays[name].shape != shape:
             raise ValueError(f"{name} has shape {arrays[name].shape}, not {shape}")
-    _check_kinds(arrays, cells)
+    _check_kinds(arrays)
     if not np.array_equal(arrays["failed"], arrays["regime"] == FAILED):
         raise ValueError("failed does not match the saved regimes' FAILED codes (altered)")
     derived = basin_fractions(arrays["regime"])
@@ -623,25 +624,20 @@ _MAP_KINDS = dict(
 )
 
 
-def _check_kinds(arrays: dict, cells: tuple) -> None:
-    """Raise `ValueError` unless a saved map's arrays are of the kinds `save` writes, its
-    codes in range and its axes finite 1-D real values (what a map saved before its
-    archive was hashed is checked against)."""
+def _check_kinds(arrays: dict) -> None:
+    """Raise `ValueError` unless a saved map's arrays (its axes taken out) are those `save`
+    writes, of their kinds, with codes in range (what a map saved before its archive was
+    hashed is checked against)."""
     unknown = sorted(set(arrays) - set(_MAP_KINDS))
     if unknown:
         raise ValueError(f"it holds arrays save never writes: {unknown}")
     for name, kinds in _MAP_KINDS.items():
         if name in arrays and arrays[name].dtype.kind not in kinds:
             raise ValueError(f"{name} is an array of {arrays[name].dtype}, not of kind {kinds!r}")
-    regime = arrays["regime"]
-    if regime.size and not (NOT_RUN <= regime.min() and regime.max() < len(REGIME_NAMES)):
+    if not _codes_in_range(arrays["regime"], NOT_RUN):
         raise ValueError(f"regime holds codes outside {NOT_RUN}..{len(REGIME_NAMES) - 1}")
     predicted = arrays.get("predicted")
-    if (
-        predicted is not None
-        and predicted.size
-        and not (-1 <= predicted.min() and predicted.max() < len(REGIME_NAMES))
-    ):
+    if predicted is not None and not _codes_in_range(predicted, -1):
         raise ValueError(f"predicted holds codes outside -1..{len(REGIME_NAMES) - 1}")
 
 

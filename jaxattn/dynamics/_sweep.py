@@ -2725,6 +2725,12 @@ def _load_chunk(path, members, fingerprint, num_save, *, hashed=False, strict=Fa
     return None
 
 
+def _codes_in_range(codes: np.ndarray, lowest: int) -> bool:
+    """Whether the integer `codes` of a saved file lie in `lowest .. len(REGIME_NAMES) - 1`
+    (regime codes: `NOT_RUN`; a map's predictions: -1); an empty array does."""
+    return codes.size == 0 or bool(lowest <= codes.min() and codes.max() < len(REGIME_NAMES))
+
+
 def _chunk_field_problem(chunk: dict, num_save: int) -> str | None:
     """What is wrong with a chunk's arrays (`_FIELDS`, leading axis already checked), or
     None: each a real array of numbers (`R2` complex), `order` and `R2` of `num_save`
@@ -2740,9 +2746,7 @@ def _chunk_field_problem(chunk: dict, num_save: int) -> str | None:
                 f"manifest's num_save = {num_save})"
             )
     regime = chunk["regime"]
-    if regime.dtype.kind not in "iu" or (
-        regime.size and not (NOT_RUN <= regime.min() and regime.max() < len(REGIME_NAMES))
-    ):
+    if regime.dtype.kind not in "iu" or not _codes_in_range(regime, NOT_RUN):
         return "its 'regime' is not integer regime codes"
     if chunk["failed"].dtype.kind != "b":
         return "its 'failed' is not bool"
@@ -2787,25 +2791,30 @@ def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, in
     return fingerprint, sizes, B, shape, cfg, t1, num_save
 
 
+def _members_sha256(man: dict, where: str) -> str | None:
+    """The SHA-256 of members.npz that a manifest (read from `where`) records; None for a
+    manifest from before it was recorded.
+
+    **Raises:** `ValueError` for a malformed one, or none in a manifest that hashes itself
+    (written by a version that records it)."""
+    recorded = recorded_sha256(man, where, key="members_sha256")
+    if recorded is None and _hashes_itself(man):
+        raise ValueError(
+            "it records no members_sha256, which every manifest that hashes itself records"
+        )
+    return recorded
+
+
 def _load_sweep(out_dir: str) -> SweepResult:
     manifest_path = os.path.join(out_dir, "manifest.json")
     if not os.path.isfile(manifest_path):
         raise ValueError(f"SweepResult.load: {out_dir!r} holds no sweep (no manifest.json).")
     man, (fingerprint, sizes, B, shape, cfg, t1, num_save), members_sha256 = read_summary(
         manifest_path,
-        lambda man: (
-            man,
-            _manifest_for_load(man),
-            recorded_sha256(man, manifest_path, key="members_sha256"),
-        ),
+        lambda man: (man, _manifest_for_load(man), _members_sha256(man, manifest_path)),
         f"SweepResult.load: {manifest_path} is damaged",
     )
     hashed = _hashes_itself(man)
-    if hashed and members_sha256 is None:
-        raise ValueError(
-            f"SweepResult.load: {manifest_path} is damaged (it records no members_sha256, "
-            "which every manifest that hashes itself records)."
-        )
     members_path = os.path.join(out_dir, "members.npz")
     try:
         data = read_regular_file(members_path)  # read whole and closed, damaged or not
