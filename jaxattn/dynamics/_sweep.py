@@ -125,6 +125,7 @@ from .._npz import (
     read_error_reason,
     recorded_sha256,
 )
+from .._progress import progress_bar
 from .._warn import warn_at_caller
 from ..sphere import normalise, sample_uniform
 from ._lyapunov import chaos_verdict, lyapunov_spectrum, lyapunov_spectrum_ott_antonsen
@@ -2386,9 +2387,7 @@ def _run(
     useful = spent = 0.0
     bar = None
     if runner.progress and writer:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=B, unit="member", desc=f"sweep {members.method}", smoothing=0.3)
+        bar = progress_bar(total=B, unit="member", desc=f"sweep {members.method}", smoothing=0.3)
     try:
         for c, (start, cs) in enumerate(zip(starts, sizes)):
             idx = perm[start : start + cs]

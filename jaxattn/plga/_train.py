@@ -27,6 +27,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int
 
+from .._progress import progress_bar
 from . import _checkpoint
 from ._data import TextData, batch_indices
 
@@ -570,9 +571,9 @@ def train(
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=config.steps, initial=step, unit="step", dynamic_ncols=True, leave=True)
+        bar = progress_bar(
+            total=config.steps, initial=step, unit="step", dynamic_ncols=True, leave=True
+        )
     t0 = time.perf_counter()
     tokens_seen, last_loss = 0.0, float("nan")
     overflow_steps = 0
