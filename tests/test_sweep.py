@@ -306,6 +306,8 @@ def test_resume_refuses_chunks_of_another_sweep_and_damaged_files(tmp_path):
     with pytest.warns(UserWarning, match="different sweep"):
         other = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, **kw)
     assert other.chunks_computed == 1 and list(other.regime_names) == ["interior", "interior"]
+    # Each result names its sweep by the fingerprint its folder is resumed by.
+    assert len(first.fingerprint) == 64 and other.fingerprint != first.fingerprint
     # A truncated chunk is recomputed with a warning; a damaged manifest is named.
     path = tmp_path / "chunk_00000.npz"
     path.write_bytes(path.read_bytes()[:100])
@@ -319,7 +321,10 @@ def test_resume_refuses_chunks_of_another_sweep_and_damaged_files(tmp_path):
     fresh = sweep(A, -I2, 1.0, [0, 1], out_dir=tmp_path, resume=False, **kw)
     assert fresh.chunks_computed == 1
     np.testing.assert_array_equal(fresh.R2, other.R2)
-    np.testing.assert_array_equal(sw.SweepResult.load(tmp_path).R2, other.R2)
+    loaded = sw.SweepResult.load(tmp_path)
+    np.testing.assert_array_equal(loaded.R2, other.R2)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert loaded.fingerprint == fresh.fingerprint == other.fingerprint == manifest["fingerprint"]
 
 
 @pytest.mark.parametrize(

@@ -438,7 +438,7 @@ class RegimeMap:
                 f"RegimeMap.load: {out_dir!r} holds no regime map "
                 "(regime_map.json and regime_map.npz)."
             )
-        names, recorded, settings = read_summary(
+        names, recorded, settings, sweep_fingerprint = read_summary(
             jpath,
             lambda meta: _map_settings(meta, jpath),
             f"RegimeMap.load: {jpath} is damaged or foreign",
@@ -469,9 +469,7 @@ class RegimeMap:
             raise ValueError(
                 f"RegimeMap.load: {npath} is damaged or does not fit {jpath} ({why})."
             ) from None
-        sw = _load_map_sweep(
-            os.path.join(out_dir, "sweep"), arrays["regime"], settings.pop("sweep_fingerprint")
-        )
+        sw = _load_map_sweep(os.path.join(out_dir, "sweep"), arrays["regime"], sweep_fingerprint)
         return cls(
             axes=axes,
             regime=arrays["regime"],
@@ -510,7 +508,9 @@ def _load_map_sweep(sweep_dir: str, regime: np.ndarray, fingerprint: str | None)
     elif not os.path.isdir(sweep_dir):
         return None
     elif fingerprint is not None and _sweep_fingerprint(sweep_dir) not in (None, fingerprint):
-        # (An unreadable manifest is named by SweepResult.load below.)
+        # Checked before loading: another sweep's chunks would each be skipped with a
+        # warning of their own (their fingerprint is not the manifest's) before this is
+        # said. (An unreadable manifest is named by SweepResult.load below.)
         why = f"{sweep_dir} is not the sweep this map recorded (its fingerprint differs)"
     else:
         try:
@@ -536,10 +536,11 @@ def _load_map_sweep(sweep_dir: str, regime: np.ndarray, fingerprint: str | None)
     return None
 
 
-def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
-    """`(axis names, recorded SHA-256, settings)` of a map's `regime_map.json` (`meta`,
-    read from `jpath`), each field checked for the type `RegimeMap.save` writes: an edited
-    summary is refused by name, never coerced (`"inits": 2.7` is not 2).
+def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict, str | None]:
+    """`(axis names, recorded SHA-256, settings, sweep fingerprint)` of a map's
+    `regime_map.json` (`meta`, read from `jpath`), each field checked for the type
+    `RegimeMap.save` writes: an edited summary is refused by name, never coerced
+    (`"inits": 2.7` is not 2).
 
     **Raises:** `KeyError` for a missing field, `ValueError` naming a wrong one."""
     names = json_list(meta, "axes")
@@ -575,11 +576,9 @@ def _map_settings(meta: dict, jpath: str) -> tuple[list, str | None, dict]:
         inits=json_int(meta, "inits", minimum=1),
         seconds=json_number(meta, "seconds", minimum=0.0) if "seconds" in meta else 0.0,
         boundaries=boundaries,
-        sweep_fingerprint=(
-            json_str(meta, "sweep_fingerprint") if "sweep_fingerprint" in meta else None
-        ),
     )
-    return names, recorded, settings
+    sweep_fingerprint = json_str(meta, "sweep_fingerprint") if "sweep_fingerprint" in meta else None
+    return names, recorded, settings, sweep_fingerprint
 
 
 def _json_coordinates(values: list, what: str) -> np.ndarray:

@@ -1443,6 +1443,10 @@ class SweepResult:
       predicted costs give the chunks, None with `group="none"`); `config`: the member
       settings; `environment`: backend, device count, dtype, matmul precision and JAX
       version of the run.
+    - `fingerprint`: SHA-256 (hex) of the members' parameters, seeds, order and chunking
+      and of every setting that changes a result: two sweeps with the same fingerprint
+      computed the same thing (the key by which a folder is resumed, recorded in its
+      `manifest.json`); None for a result built by hand.
     """
 
     params: dict
@@ -1465,6 +1469,7 @@ class SweepResult:
     plan: dict = dataclasses.field(default_factory=dict)
     config: dict = dataclasses.field(default_factory=dict)
     environment: dict = dataclasses.field(default_factory=dict)
+    fingerprint: str | None = None
 
     def __post_init__(self):
         if self.completed is None:
@@ -2512,6 +2517,7 @@ def _run(
         plan=plan,
         config=cfg.as_json(),
         environment=environment,
+        fingerprint=fingerprint,
     )
 
 
@@ -2625,6 +2631,7 @@ def _assemble(
     plan,
     config,
     environment,
+    fingerprint,
 ):
     ts = np.linspace(0.0, t1, num_save)[None, :] / outs["rate"][:, None]
     evidence = {k: outs.pop(f"evidence_{k}") for k in EVIDENCE_FIELDS}
@@ -2641,6 +2648,7 @@ def _assemble(
         plan=plan,
         config=config,
         environment=environment,
+        fingerprint=fingerprint,
         evidence=evidence,
         **outs,
     )
@@ -2905,6 +2913,7 @@ def _load_sweep(out_dir: str) -> SweepResult:
         plan=man.get("plan", {}),
         config=cfg,
         environment=man.get("environment", {}),
+        fingerprint=fingerprint,
     )
 
 
