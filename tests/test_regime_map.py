@@ -382,6 +382,16 @@ def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
         ),
         "config 'num_save' is -3, below 2": dict(config={**good["config"], "num_save": -3}),
         "config 't1' is not a finite number: null": dict(config={**good["config"], "t1": None}),
+        # what near_boundary and decision_margins read later is checked on loading
+        "config 'window' is not a finite number: \"zz\"": dict(
+            config={**good["config"], "window": "zz"}
+        ),
+        "config 'd' is not an integer: 2.5": dict(config={**good["config"], "d": 2.5}),
+        "config 'method' is 'euler'": dict(config={**good["config"], "method": "euler"}),
+        "config 'rest_tol' is not a finite number: \"1\"": dict(
+            config={**good["config"], "rest_tol": "1"}
+        ),
+        "its config has no 'd'": dict(config={k: v for k, v in good["config"].items() if k != "d"}),
     }
     manifests = {message: {**good, **edit} for message, edit in edits.items()}
     manifests["it has no 'config'"] = {k: v for k, v in good.items() if k != "config"}
@@ -416,6 +426,9 @@ def test_a_sweep_manifest_is_read_field_by_field(rotating_map, tmp_path):
         "'perm' is not an order": dict(perm=np.zeros(B, int)),
         "'seeds' are float64, not integers": dict(seeds=members["seeds"] + 0.7),
         "parameter 'A' is <U1": dict(**{"param:A": np.full(members["param:A"].shape, "x")}),
+        f"parameter 'V' has shape \\({B}, 1, 2\\), not \\({B}, ..., 2, 2\\)": dict(
+            **{"param:V": members["param:V"][:, :1]}
+        ),
     }.items():
         np.savez(folder / "sweep" / "members.npz", **{**members, **edit})
         with pytest.raises(ValueError, match=f"members.npz is missing or damaged .*{message}"):

@@ -2769,6 +2769,27 @@ class _Refused(Exception):
     """Why a chunk on disk is not used (raised and caught inside `_load_chunk`)."""
 
 
+def _check_config_read_later(cfg: dict) -> None:
+    """Refuse a manifest's `config` whose settings that `SweepResult`'s methods read
+    (`near_boundary`, `decision_margins`: method, n, d, rtol, window and the two floors)
+    are missing or of another type than a sweep writes: an old folder (its summaries not
+    hashed) is refused when it is loaded, not later by a `KeyError` from inside a method.
+
+    **Raises:** `ValueError` naming a missing or wrong setting."""
+    where = "config "
+    try:
+        json_str(cfg, "method", choices=METHODS, where=where)
+        json_int(cfg, "n", minimum=1, where=where)
+        json_int(cfg, "d", minimum=1, where=where)
+        for key in ("rtol", "window"):
+            json_number(cfg, key, positive=True, where=where)
+        for key in ("gap_floor", "rest_tol"):
+            if cfg[key] is not None:
+                json_number(cfg, key, positive=True, where=where)
+    except KeyError as err:
+        raise ValueError(f"its config has no {err.args[0]!r}") from None
+
+
 def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, int]:
     """`(fingerprint, chunk_sizes, num_members, shape, config, t1, num_save)` of a sweep's
     manifest as `SweepResult.load` needs them, each checked for the type the sweep wrote.
@@ -2788,6 +2809,7 @@ def _manifest_for_load(man: dict) -> tuple[str, list, int, list, dict, float, in
     cfg = json_object(man, "config")
     t1 = json_number(cfg, "t1", positive=True, where="config ")
     num_save = json_int(cfg, "num_save", minimum=2, where="config ")
+    _check_config_read_later(cfg)
     if not isinstance(man.get("environment", {}), dict):
         raise ValueError("its 'environment' is not an object")
     if "regime_names" in man and man["regime_names"] != list(REGIME_NAMES):
@@ -2836,11 +2858,18 @@ def _load_sweep(out_dir: str) -> SweepResult:
             raise ValueError(f"its 'perm' is not an order of the {B} members")
         if seeds.dtype.kind not in "iu":
             raise ValueError(f"its 'seeds' are {seeds.dtype}, not integers")
+        d = cfg["d"]  # an integer (`_check_config_read_later`)
         for k, v in params.items():
             if v.shape[:1] != (B,) or v.dtype.kind not in "biufc":
                 raise ValueError(
                     f"its parameter {k!r} is {v.dtype} of shape {v.shape}, not numbers of "
                     f"shape ({B}, ...)"
+                )
+            if k in ("A", "V") and (v.ndim < 3 or v.shape[-2:] != (d, d)):
+                # every flow's weights act on the d-dimensional tokens (heads in between)
+                raise ValueError(
+                    f"its parameter {k!r} has shape {v.shape}, not ({B}, ..., {d}, {d}) for "
+                    f"tokens of d = {d}"
                 )
     except Exception as err:
         raise ValueError(
