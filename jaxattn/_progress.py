@@ -14,6 +14,7 @@ def progress_bar(**kwargs):
     bar is redrawn at most every `LOG_INTERVAL` seconds (`mininterval`, unless given): tqdm
     redraws ten times a second, and in a log each redraw is one more copy of the bar
     (`maxinterval` follows, so that tqdm's monitor thread does not redraw it sooner).
+    Callers set postfixes with `refresh=False`: tqdm redraws on every `set_postfix` else.
     """
     from tqdm.auto import tqdm
     from tqdm.autonotebook import tqdm as base

@@ -39,3 +39,18 @@ def test_a_terminal_keeps_tqdm_pace_and_explicit_settings_win():
     bar = progress_bar(total=3, file=io.StringIO(), mininterval=60.0)
     assert bar.maxinterval == 60.0  # never below the redraw interval
     bar.close()
+
+
+def test_a_sweep_logged_to_a_file_draws_its_bar_twice_with_the_final_counts(capsys):
+    # Postfixes (failures, lockstep efficiency) are set without a redraw of their own:
+    # tqdm would otherwise redraw on every `set_postfix`, whatever its interval.
+    import numpy as np
+
+    from jaxattn.dynamics._sweep import sweep
+
+    A = np.stack([np.eye(2), 2 * np.eye(2), -np.eye(2)])
+    res = sweep(A, np.eye(2), 1.0, [0, 1, 2], method="ott_antonsen", chunk_size=1, t1=20.0)
+    text = capsys.readouterr().err
+    assert res.chunks_computed == 3
+    assert _draws(text) == 2, text
+    assert "3/3" in text and f"failed={int(res.failed.sum())}" in text

@@ -2488,12 +2488,13 @@ def _run(
                     outs[k] = np.empty((B,) + v.shape[1:], v.dtype)
                 outs[k][idx] = v
             if bar is not None:
-                bar.update(m)
                 done = perm[: start + cs]
                 post = dict(failed=int(np.sum(outs["failed"][done])))
                 if spent:
                     post["lockstep"] = f"{useful / spent:.2f}"
-                bar.set_postfix(post)
+                # shown by the update's redraw, at the bar's pace (a log's too)
+                bar.set_postfix(post, refresh=False)
+                bar.update(m)
             if runner.on_chunk is not None:
                 runner.on_chunk(c, dict(members=idx, computed=fresh))
     finally:

@@ -628,7 +628,10 @@ def train(
             )
             if bar is not None:
                 elapsed = max(time.perf_counter() - t0, 1e-9)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{tokens_seen / elapsed:.0f}")
+                # shown by the update's redraw, at the bar's pace (a log's too)
+                bar.set_postfix(
+                    loss=f"{loss:.3f}", tok_s=f"{tokens_seen / elapsed:.0f}", refresh=False
+                )
                 bar.update(1)
             done = step == end
             if config.eval_every and step % config.eval_every == 0 and not done:
