@@ -154,7 +154,40 @@ def test_simulate_integer_flags_refuse_fractions(capsys, flag):
     with pytest.raises(SystemExit) as exc:
         main(["simulate", flag, "2.5"])
     assert exc.value.code == 2
-    assert f"argument {flag}: invalid int value: '2.5'" in capsys.readouterr().err
+    kind = "seed" if flag == "--seed" else "int"
+    assert f"argument {flag}: invalid {kind} value: '2.5'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "map"])
+def test_a_seed_beyond_64_bits_is_a_usage_error(capsys, command):
+    # (it used to end in an OverflowError from inside jax.random)
+    with pytest.raises(SystemExit) as exc:
+        main([command, *(["case4"] if command == "map" else []), "--seed", str(2**70)])
+    assert exc.value.code == 2
+    assert "outside the 64-bit integers a seed can be" in capsys.readouterr().err
+
+
+def test_simulate_refuses_a_tolerance_or_an_output_folder_before_solving(
+    tmp_path, capsys, no_solve
+):
+    afile = _write(tmp_path / "afile", "x")
+    for argv, words in [
+        (["--rtol", "10"], "--rtol: rtol must be below 1"),
+        (["--out", str(afile)], f"--out {str(afile)!r} is a file; give a folder"),
+        (["--out", str(afile / "sub")], "lies below"),
+        (["--out", ""], "--out is empty; give a folder"),
+    ]:
+        assert main(["simulate", *argv]) == 2
+        assert words in _one_line_error(capsys, "simulate")
+
+
+def test_map_refuses_an_infinite_axis_end_without_numpy_warnings(tmp_path, capsys, no_solve):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # linspace's inf arithmetic warned first
+        assert main(["map", "case4", "--x", "v11=-inf:1:3", *_MAP, "--out", str(tmp_path)]) == 2
+    assert "its ends must be finite numbers" in _one_line_error(capsys, "map")
 
 
 def test_matrix_files_that_are_accepted(tmp_path):
@@ -222,7 +255,8 @@ def test_map_integer_flags_refuse_fractions(capsys, flag):
     with pytest.raises(SystemExit) as exc:
         main(["map", "case4", flag, "2.5"])
     assert exc.value.code == 2
-    assert f"argument {flag}: invalid int value: '2.5'" in capsys.readouterr().err
+    kind = "seed" if flag == "--seed" else "int"
+    assert f"argument {flag}: invalid {kind} value: '2.5'" in capsys.readouterr().err
 
 
 def test_map_passes_whole_integer_parameters_on(tmp_path, monkeypatch):

@@ -77,7 +77,7 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
         (["--t1", "nan"], "--t1 must be a finite positive"),
         (["--A", "{ragged}"], "--A: cannot read a matrix"),
         (["--rtol", "-1"], "rtol must be a finite positive"),
-        (["--out", "{a_file}"], "File exists"),
+        (["--out", "{a_file}"], "is a file; give a folder"),
     ],
 )
 def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):

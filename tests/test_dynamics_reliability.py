@@ -11,6 +11,7 @@ import sys
 import warnings
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -455,3 +456,84 @@ def test_classifying_a_failed_solve_warns_and_a_traced_one_stays_silent():
         warnings.simplefilter("error")  # a successful solve, and a traced one: no warning
         classify_regime(whole)
         jax.jit(lambda tr: classify_regime(tr)[1].final_order)(short)
+
+
+def test_tokens_far_off_the_sphere_are_rescaled_exactly_not_zeroed():
+    """Tokens of 1e300 used to square to inf when normalised: the solve returned all-zero
+    tokens marked successful. Rows are now scaled by a power of 2 first (exact), so the
+    run is that of the unit tokens; the deviation reported is that of the tokens given."""
+    field = AttentionDynamics(jnp.array(ROT), jnp.eye(2))
+    x0 = np.asarray(_x0())
+    unit = simulate(field, x0, t1=5.0, num_save=6)
+    for scale, deviation in ((1e300, 1e300), (1e-300, 1.0), (1e-310, 1.0)):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            far = simulate(field, scale * x0, t1=5.0, num_save=6)
+        # one warning, ours, at this line: no NumPy overflow from inside the package
+        assert [str(x.message)[:45] for x in w] == ["simulate: initial tokens are off the unit sph"]
+        assert w[0].filename == __file__
+        assert far.successful
+        np.testing.assert_allclose(far.xs, unit.xs, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(float(far.initial_deviation), deviation, rtol=1e-6)
+
+
+class _BreaksAtHalf(eqx.Module):
+    """A rotation that returns NaN from t = 0.5 on."""
+
+    def __call__(self, t, x, args=None):
+        v = jnp.stack([-x[:, 1], x[:, 0]], axis=1)
+        return jnp.where(t > 0.5, jnp.nan, 1.0) * v
+
+
+def test_a_flow_that_turns_nonfinite_is_named_not_a_stalled_clock():
+    """NaN velocities reject every step until the step stalls: this used to be reported as
+    time_stalled, whose advice (float64, start at t0 = 0, looser rtol) cannot help."""
+    nan_flow = simulate(_BreaksAtHalf(), _x0(4), t1=1.0, num_save=3, throw=False)
+    assert nan_flow.result == RESULTS.nonfinite_flow
+    assert "non-finite values" in RESULTS[RESULTS.nonfinite_flow]
+    overflow = AttentionDynamics(jnp.full((2, 2), 1e308), jnp.eye(2))
+    assert simulate(overflow, _x0(4), t1=1.0, num_save=3, throw=False).result == (
+        RESULTS.nonfinite_flow
+    )
+    # the float32 clock stall of the test above keeps its own code: no value was NaN
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kernel="usa", score_shift=float("nan")), "score_shift must be a finite number"),
+        (dict(kernel="usa", score_shift=float("inf")), "score_shift must be a finite number"),
+        (dict(kernel="lsa", score_shift=3.0), "score_shift applies to the USA kernel only"),
+        (dict(kernel="sa", score_shift=1.0), "score_shift applies to the USA kernel only"),
+        (dict(kernel="usa", score_shift=[1.0, 2.0]), "score_shift must be a scalar"),
+    ],
+)
+def test_a_bad_score_shift_is_refused_by_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionDynamics(jnp.eye(2), jnp.eye(2), **kwargs)
+
+
+def test_a_relative_tolerance_of_one_or_more_is_refused():
+    from jaxattn.dynamics import Integration
+
+    field = AttentionDynamics(jnp.eye(2), jnp.eye(2))
+    with pytest.raises(ValueError, match="simulate: rtol must be below 1 .* got 10.0"):
+        simulate(field, _x0(4), t1=1.0, rtol=10.0)
+    with pytest.raises(ValueError, match="sweep: rtol must be below 1"):
+        Integration(rtol=1.0)
+
+
+def test_fixed_points_refuse_nonfinite_weights():
+    from jaxattn.dynamics import fixed_points
+
+    with pytest.raises(ValueError, match="fixed_points: A has non-finite entries"):
+        fixed_points([[1.0, np.nan], [0.0, 1.0]], np.eye(2))
+
+
+def test_a_sweep_says_why_its_members_failed():
+    from jaxattn.dynamics import sweep
+
+    A = np.stack([np.eye(2), np.full((2, 2), np.nan), np.eye(2)])
+    res = sweep(A, np.eye(2), 1.0, 0, method="ott_antonsen", t1=5.0, progress=False)
+    assert res.failed.tolist() == [False, True, False]
+    assert res.failure_reasons() == [("nonfinite_argument", 1)]

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from ._circle import kuramoto_daido_coupling
+from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
 from ._hamiltonian import boundary_flow
 
 __all__ = [
@@ -126,7 +126,13 @@ def fixed_points(
 
     **Returns:** a `FixedPoints`. A continuum of equilibria (e.g. `A = V = I`, where the
     whole circle is fixed) is returned as the sample of it that Newton lands on.
+
+    **Raises:** `ValueError` naming the argument when `A` or `V` is not a real 2×2 matrix
+    of finite numbers or `beta` is not a finite scalar.
     """
+    # real, 2×2, finite (a NaN entry would leave Newton no root: "no fixed points")
+    A, V = _check_2x2("fixed_points", A=A, V=V)
+    beta = _check_scalar("fixed_points", "beta", beta)
     A = jnp.asarray(A)
     dtype = jnp.result_type(A.dtype, float)
     A = A.astype(dtype)

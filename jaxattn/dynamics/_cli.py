@@ -81,7 +81,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
     p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
-    p.add_argument("--seed", type=int, default=0, help="PRNG seed of the initial tokens")
+    p.add_argument("--seed", type=seed, default=0, help="PRNG seed of the initial tokens")
     p.add_argument("--rtol", type=float, default=1e-7)
     p.add_argument("--atol", type=float, default=1e-9)
     p.add_argument(
@@ -107,6 +107,32 @@ def _score_shift(text: str):
     if not np.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
     return value
+
+
+def seed(text: str) -> int:
+    """argparse type of a `--seed`: an integer that JAX's PRNG takes (a 64-bit integer;
+    a larger one ends in an `OverflowError` deep inside `jax.random`)."""
+    value = int(text)  # argparse words a ValueError as "invalid seed value"
+    if not -(2**63) <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"{text} is outside the 64-bit integers a seed can be")
+    return value
+
+
+def check_out_folder(flag: str, path: str) -> None:
+    """Refuse an output folder that cannot be one, before any work: an empty name (it
+    would write into the current folder), an existing file, or a path below a file.
+
+    **Raises:** `ValueError` naming `flag` and the path."""
+    if not path:
+        raise ValueError(f"{flag} is empty; give a folder.")
+    where = Path(path)
+    if where.exists() and not where.is_dir():
+        raise ValueError(f"{flag} {path!r} is a file; give a folder.")
+    for above in where.parents:
+        if above.exists():
+            if not above.is_dir():
+                raise ValueError(f"{flag} {path!r} lies below {str(above)!r}, a file.")
+            break
 
 
 def check_backend(command: str) -> None:
@@ -188,6 +214,7 @@ def _resolve(args):
     """Matrices and parameters from the arguments; ValueError on anything inconsistent."""
     if args.preset is not None and args.preset not in PRESETS:
         raise ValueError(f"unknown preset {args.preset!r}; known presets: {', '.join(PRESETS)}.")
+    check_out_folder("--out", args.out)
     use_preset = args.preset is not None or (args.A_file is None and args.V_file is None)
     pre = PRESETS[args.preset or DEFAULT_PRESET] if use_preset else None
     A = _load_matrix(args.A_file, "A") if args.A_file else None
@@ -227,6 +254,9 @@ def _resolve(args):
         value = getattr(args, name)
         if not np.isfinite(value) or value <= 0:
             raise ValueError(f"--{name}: {name} must be a finite positive number, got {value}.")
+    from ._solve import check_rtol_below_one
+
+    check_rtol_below_one("--rtol", args.rtol)
     if not np.isfinite(t1) or t1 <= 0:
         raise ValueError(f"--t1 must be a finite positive number, got {t1}.")
     if args.n < 1:
@@ -276,6 +306,19 @@ def _run(args) -> int:
         f"jaxattn simulate: {label}, kernel {args.kernel}, n={n}, d={d}, beta={beta:g}, "
         f"t1={t1:g}, {jnp.dtype(dtype).name} -> {out}"
     )
+    if args.preset is not None and label == "custom":
+        given = [flag for flag, path in (("--A", args.A_file), ("--V", args.V_file)) if path]
+        _progress(
+            f"  --preset {args.preset}: {' and '.join(given)} replace"
+            f"{'s' if len(given) == 1 else ''} its matrices; the preset gives the rest "
+            "(beta and t1 unless given"
+            + (
+                "; the other matrix is the preset's, block-embedded, for even d, else I"
+                if len(given) == 1
+                else ""
+            )
+            + ")"
+        )
 
     # the classifier's late window must hold enough save times: checked before solving
     _window_start(args.num_save, 0.5)
@@ -477,6 +520,8 @@ def _run(args) -> int:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if frozen:
         _progress(f"frozen run: {frozen}")
+    if not ok:  # why, not only the code (also in summary.json)
+        _progress(f"the solve failed: {summary['result']['message']}")
     if degenerate:
         _progress(degenerate)
     shown = name if (ok and frozen is None) else "not classified"

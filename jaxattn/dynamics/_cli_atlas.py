@@ -47,8 +47,9 @@ def _run_atlas(args) -> int:
     import matplotlib
 
     from ._atlas import run_atlas
-    from ._cli import check_backend
+    from ._cli import check_backend, check_out_folder
 
+    check_out_folder("--out", args.out)
     check_backend("atlas")
     matplotlib.use("Agg")  # this command only writes PNG files
 

@@ -6,6 +6,8 @@ import os
 import sys
 import time
 
+from ._cli import seed
+
 _METHODS = {
     "particles": "particles",
     "ott_antonsen": "ott_antonsen",
@@ -70,7 +72,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--inits", type=int, default=4, help="initial conditions per cell, K (default 4)"
     )
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="base seed (default 0)")
     p.add_argument(
         "--lyapunov",
         type=int,
@@ -202,6 +204,7 @@ def _run(args) -> int:
 def _run_map(args) -> int:
     import matplotlib
 
+    from ._cli import check_out_folder
     from ._regime_map import FAMILIES, parse_axis
 
     if args.family not in FAMILIES:
@@ -219,8 +222,7 @@ def _run_map(args) -> int:
         _parse_set(args.set),
         args.inits,
     )
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ValueError(f"--out {args.out!r} is a file; give a folder.")
+    check_out_folder("--out", args.out)
     from ._sweep import Runner
 
     runner = Runner(
@@ -292,7 +294,14 @@ def _run_map(args) -> int:
         + f". Wrote {args.out}/ (regime_map.npz, regime_map.json, summary.md"
         + (", regime_map.png)." if status == 0 else ").")
     )
+    if s["failed_members"]:
+        print(f"jaxattn map: members failed because: {_reasons(m.sweep)}.", file=sys.stderr)
     return status
+
+
+def _reasons(sweep) -> str:
+    """The most common reasons members failed, with counts, in one line."""
+    return "; ".join(f"{why} ({k})" for why, k in sweep.failure_reasons()[:3])
 
 
 def _map(args, axes, fixed, runner):
@@ -353,6 +362,8 @@ def _summary_markdown(m, args, seconds) -> str:
         f"- multistable cells (no regime holds ≥ 90 % of the inits): {s['multistable_cells']}",
         f"- failed members (never counted as a regime): {s['failed_members']}",
     ]
+    if s["failed_members"]:
+        lines.append(f"- why they failed: {_reasons(sw)}")
     if "disagreements" in s:
         lines.append(
             f"- stated theory: claims in {s['cells_with_claim']} cells, of which "

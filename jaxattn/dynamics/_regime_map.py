@@ -197,11 +197,15 @@ def parse_axis(spec: str) -> tuple[str, np.ndarray]:
                 raise ValueError(
                     f"axis {spec!r}: {int(num)} points; at most {MAX_AXIS_POINTS} per axis."
                 )
-            values = np.linspace(float(lo), float(hi), int(num))
+            lo, hi = float(lo), float(hi)
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                # (checked here: linspace would warn of the inf arithmetic first)
+                raise ValueError(f"axis {spec!r}: its ends must be finite numbers.")
+            values = np.linspace(lo, hi, int(num))
         else:
             values = np.array([float(v) for v in rng.split(",")])
     except ValueError as err:
-        if "per axis" in str(err):
+        if "per axis" in str(err) or "must be finite" in str(err):
             raise
         raise ValueError(
             f"axis {spec!r}: expected NAME=LO:HI:NUM (e.g. a=-1:1:64) or NAME=V1,V2,..."

@@ -59,6 +59,13 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
         "was retried without progress; start the run at t0 = 0, solve in float64 or loosen "
         "rtol/atol (more max_steps will not help)"
     )
+    # Appended last: the codes above keep their numbers (saved sweeps store them).
+    nonfinite_flow = (
+        "the flow returned non-finite values (NaN or inf) during the solve and smaller steps "
+        "did not avoid them: the vector field itself is NaN or overflows there (e.g. weights "
+        "so large that the scores overflow, or a flow that divides by zero), so neither "
+        "max_steps nor the tolerances will help"
+    )
 
 
 class ProjectedSolver(diffrax.AbstractWrappedSolver):
@@ -320,7 +327,7 @@ def check_tokens(x0, d: int | None = None, *, name: str = "x0", allow_zero: bool
         if not finite.all():
             k = int(np.argmin(finite))
             raise ValueError(f"{name}: token {k} has non-finite entries {xn[k].tolist()[:6]}.")
-        norms = np.linalg.norm(xn, axis=1)
+        norms = _row_norms(xn)
         if not allow_zero and np.any(norms == 0):
             k = int(np.argmax(norms == 0))
             raise ValueError(
@@ -328,6 +335,37 @@ def check_tokens(x0, d: int | None = None, *, name: str = "x0", allow_zero: bool
             )
         deviation = float(np.max(np.abs(norms - 1)))
     return x0, deviation
+
+
+def _row_exponents(x: np.ndarray) -> np.ndarray:
+    """Per row of `x`, the binary exponent `e` with `max_i |x_i| < 2**e` (0 for a zero
+    row): `x * 2**-e` is `x` scaled exactly into [-1, 1]."""
+    top = np.max(np.abs(x), axis=1)
+    return np.frexp(np.where(top > 0, top, 1))[1]
+
+
+def _row_norms(x: np.ndarray) -> np.ndarray:
+    """`|x_k|` of every row in float64, without the overflow or underflow of its squares
+    (tokens of 1e300 or 1e-300 have norms 1e300 and 1e-300, not inf and 0)."""
+    x = np.asarray(x, np.float64)
+    e = _row_exponents(x)
+    with np.errstate(over="ignore"):  # a norm beyond float64 is inf: a true deviation
+        return np.ldexp(np.linalg.norm(np.ldexp(x, -e[:, None]), axis=1), e)
+
+
+def _scaled_into_range(x0):
+    """Tokens `x0` (concrete, finite) with every row scaled by a power of 2 so that its
+    largest entry lies in [1/2, 1): the same directions exactly (a power of 2 scales
+    without rounding), and squares that neither overflow nor underflow when the solver
+    normalises them. Rows already in range are returned unchanged."""
+    xn = np.asarray(x0)
+    with np.errstate(over="ignore", under="ignore"):
+        squares = np.sum(xn.astype(np.float64) ** 2, axis=1)
+    dtype_range = np.finfo(xn.dtype)
+    if np.all((squares > float(dtype_range.tiny)) & (squares < float(dtype_range.max))):
+        return x0
+    e = _row_exponents(xn)
+    return jnp.asarray(np.ldexp(xn, -e[:, None]).astype(xn.dtype))
 
 
 class _Guarded(eqx.Module):
@@ -531,13 +569,19 @@ class _StallGuardPID(diffrax.PIDController):
     Either repeats until `max_steps` ("try increasing max_steps", which cannot help). The
     controller state carries the previous `(t0, t1)`; a repeat or a zero step ends the solve
     at once with `dt_min_reached`, which `promote_result` reports as
-    `RESULTS.time_stalled` (jaxattn never sets `dtmin`, so the code is unambiguous).
+    `RESULTS.time_stalled` (jaxattn never sets `dtmin`, so the code is unambiguous). A
+    stall short of the end of a step whose values were not finite (the flow is NaN or
+    overflows beyond that time) ends it with `nonfinite` instead, reported as
+    `RESULTS.nonfinite_flow`: smaller steps or float64 cannot help there.
     """
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         t_next, state = super().init(terms, t0, t1, y0, dt0, args, func, error_order)
-        nan = jnp.full((2,), jnp.nan, jnp.result_type(t0, t1, float))
-        return t_next, (state, nan)
+        dtype = jnp.result_type(t0, t1, float)
+        # (t0, t1) of the previous step, and the end of the latest step whose values were
+        # not finite (-inf: none yet)
+        last = jnp.array([jnp.nan, jnp.nan, -jnp.inf], dtype)
+        return t_next, (state, last)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
         inner, last = state
@@ -545,16 +589,28 @@ class _StallGuardPID(diffrax.PIDController):
             t0, t1, y0, y1_candidate, args, y_error, error_order, inner
         )
         stalled = (t1 <= t0) | ((t0 == last[0]) & (t1 == last[1]))
-        result = diffrax.RESULTS.where(stalled, diffrax.RESULTS.dt_min_reached, result)
-        last = jnp.stack([t0, t1]).astype(last.dtype)
+        # A stall in front of non-finite values is the flow's fault, not the clock's: a
+        # step whose values are NaN or inf is rejected and shrunk, again and again, until
+        # it stalls (at once, or with finite values just short of where the flow breaks).
+        finite = jnp.array(True)
+        for leaf in jax.tree.leaves((y1_candidate, y_error)):
+            finite = finite & jnp.all(jnp.isfinite(leaf))
+        t_bad = jnp.where(finite, last[2], t1)
+        code = diffrax.RESULTS.where(
+            t_bad >= t0, diffrax.RESULTS.nonfinite, diffrax.RESULTS.dt_min_reached
+        )
+        result = diffrax.RESULTS.where(stalled, code, result)
+        last = jnp.stack([t0, t1, t_bad]).astype(last.dtype)
         return keep, next_t0, next_t1, made_jump, (inner, last), result
 
 
 def promote_result(result) -> RESULTS:
     """diffrax's result as a jaxattn `RESULTS` code; `dt_min_reached` (which jaxattn's
     solvers never request through `dtmin`, but the stalled-time guard of `ProjectedSolver`
-    returns) becomes `RESULTS.time_stalled`."""
+    returns) becomes `RESULTS.time_stalled`, and `nonfinite` (the guard's code for a stall
+    on non-finite values) `RESULTS.nonfinite_flow`."""
     result = RESULTS.promote(result)
+    result = RESULTS.where(result == RESULTS.nonfinite, RESULTS.nonfinite_flow, result)
     return RESULTS.where(result == RESULTS.dt_min_reached, RESULTS.time_stalled, result)
 
 
@@ -803,13 +859,23 @@ def _solve(field, x0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint, p
     return finish_particles(checks, sol, ts)
 
 
+def check_rtol_below_one(where: str, rtol) -> None:
+    """Raise `ValueError` (prefixed with `where`) for a relative tolerance of 1 or more,
+    which controls nothing: a run at `rtol = 10` drifts off the sphere by 6.7."""
+    if float(rtol) >= 1:
+        raise ValueError(
+            f"{where}: rtol must be below 1 (a relative error of 100 % or more controls "
+            f"nothing), got {rtol}."
+        )
+
+
 def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_steps=None):
     """Check the time interval, save times and tolerances of a solve; build default `ts`.
 
     Shared by `simulate`, `solve_ott_antonsen` and `solve_watanabe_strogatz`. Concrete values
     are checked (traced ones cannot be): `t0`, `t1` finite with `t1 > t0`, `ts` a non-empty
     1-d array, finite, non-decreasing and inside `[t0, t1]`, `rtol`, `atol` finite and
-    positive, `max_steps ≥ 1`.
+    positive, `rtol < 1`, `max_steps ≥ 1`.
 
     **Returns:** `ts` as an array of `dtype` (default: `num_save` equally spaced times).
 
@@ -826,6 +892,8 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
         if value is not None and _is_concrete(value):
             if not (np.isfinite(float(value)) and float(value) > 0):
                 raise ValueError(f"{where}: {name} must be a finite positive number, got {value}.")
+    if rtol is not None and _is_concrete(rtol):
+        check_rtol_below_one(where, rtol)
     if max_steps is not None and int(max_steps) < 1:
         raise ValueError(f"{where}: max_steps must be >= 1, got {max_steps}.")
     if ts is None:
@@ -928,6 +996,12 @@ def simulate(
             f"simulate: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
             f"{deviation:.3g}); they were normalised before solving."
         )
+    rescaled = False
+    if manifold == "sphere" and deviation is not None:
+        # Far off (1e300, 1e-300): their squares would overflow to inf or underflow to 0
+        # when normalised (all-zero tokens reported successful).
+        x_given, x0 = x0, _scaled_into_range(x0)
+        rescaled = x0 is not x_given
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))
     x0 = x0.astype(dtype)
@@ -980,6 +1054,12 @@ def simulate(
         adjoint,
         bool(project),
     )
+    if rescaled:  # the deviation of the tokens as given, not of their rescaled copy
+        traj = eqx.tree_at(
+            lambda tr: tr.initial_deviation,
+            traj,
+            jnp.asarray(deviation, traj.initial_deviation.dtype),
+        )
     if throw:
         traj = eqx.tree_at(
             lambda tr: tr.xs,

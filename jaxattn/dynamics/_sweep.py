@@ -155,6 +155,7 @@ from ._segments import advance_segments, segments_solution, start_segments
 from ._solve import (
     RESULTS,
     check_flow,
+    check_rtol_below_one,
     finish_particles,
     flow_manifold,
     meminfo_available,
@@ -522,6 +523,7 @@ class Integration(eqx.Module):
         self.num_save = _count(where, "num_save", num_save, 2)
         self.time_scale = time_scale
         self.rtol = _positive(where, "rtol", rtol)
+        check_rtol_below_one(where, self.rtol)
         self.atol = _positive(where, "atol", atol)
         self.max_steps = _count(where, "max_steps", max_steps)
         if dtype is not None:
@@ -1503,6 +1505,12 @@ class SweepResult:
         """Each failed member with its parameters and the reason."""
         bad = np.flatnonzero(self.failed)
         return _failure_records(bad, self.result[bad], self.params, self.seed)
+
+    def failure_reasons(self) -> list[tuple[str, int]]:
+        """Why members failed: `(name of the RESULTS code, number of members)`, most
+        common first (empty when none failed); `RESULTS[getattr(RESULTS, name)]` is the
+        full message."""
+        return _reason_counts(self.result, self.failed)
 
     def reshape(self, field: str) -> np.ndarray:
         """A per-member field (a parameter or an evidence name) in the sweep's shape."""
@@ -2522,6 +2530,13 @@ def _run(
     )
 
 
+def _reason_counts(result, failed) -> list[tuple[str, int]]:
+    """`(RESULTS code name, count)` over the failed members, most common first."""
+    codes = np.asarray(result)[np.asarray(failed, bool)]
+    values, counts = np.unique(codes, return_counts=True)
+    return [(result_message(values[i]), int(counts[i])) for i in np.argsort(-counts, kind="stable")]
+
+
 def _warn_if_all_failed(outs) -> None:
     """Every member of a batch of several failed: say why (the most common result codes),
     since a result of nothing but `FAILED` usually means one bad input shared by all (a NaN
@@ -2530,9 +2545,7 @@ def _warn_if_all_failed(outs) -> None:
     failed = np.asarray(outs["failed"], bool)
     if failed.size < 2 or not failed.all():
         return
-    codes, counts = np.unique(np.asarray(outs["result"]), return_counts=True)
-    order = np.argsort(-counts)
-    why = ", ".join(f"{result_message(codes[i])} ({counts[i]})" for i in order[:3])
+    why = ", ".join(f"{m} ({k})" for m, k in _reason_counts(outs["result"], failed)[:3])
     warn_at_caller(
         f"sweep: every one of the {failed.size} members failed ({why}); see "
         "SweepResult.failures() for each member's parameters."

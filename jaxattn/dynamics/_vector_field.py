@@ -19,6 +19,7 @@ members are read by `simulate` and the sweeps when present:
 follow it; a user flow of ten lines does too (see `tests/test_families.py`).
 """
 
+import math
 from typing import Literal, NamedTuple
 
 import equinox as eqx
@@ -343,8 +344,10 @@ class AttentionDynamics(eqx.Module):
 
     **Raises:** `ValueError` if `A` or `V` is not square `(d, d)` with `d ≥ 2`, if their
     sizes differ, if the kernel or normalisation is unknown, if concrete `A`, `V`, `beta`
-    are not finite, or if a concrete `beta ≤ 0`. A `UserWarning` if a float64 input is cast
-    to float32 (JAX without float64) and an entry changes (e.g. `I + 1e-12 E` becomes `I`).
+    are not finite, if a concrete `beta ≤ 0`, or if a concrete `score_shift` is not a
+    finite scalar or is nonzero for a kernel other than USA. A `UserWarning` if a float64
+    input is cast to float32 (JAX without float64) and an entry changes (e.g.
+    `I + 1e-12 E` becomes `I`).
 
     Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear
     Transformers* (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eqs. (1.1)–(1.3).
@@ -411,6 +414,23 @@ class AttentionDynamics(eqx.Module):
         for name, m in (("A", self.A), ("V", self.V), ("beta", self.beta)):
             if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
                 raise ValueError(f"AttentionDynamics: {name} has non-finite entries (NaN or inf).")
+        if self.score_shift.ndim != 0:
+            raise ValueError(
+                f"AttentionDynamics: score_shift must be a scalar, got shape "
+                f"{self.score_shift.shape}."
+            )
+        if _is_concrete(self.score_shift):
+            shift = float(np.asarray(self.score_shift))
+            if not math.isfinite(shift):
+                raise ValueError(
+                    f"AttentionDynamics: score_shift must be a finite number, got {shift}."
+                )
+            if shift != 0 and self.kernel != "usa":
+                # only the USA weights exp(beta s - score_shift) read it
+                raise ValueError(
+                    f"AttentionDynamics: score_shift applies to the USA kernel only, got "
+                    f"score_shift={shift:g} with kernel {self.kernel!r}."
+                )
         # One policy for β everywhere: an inverse temperature, β > 0. (β < 0 is not a
         # "repulsive" variant with a meaning of its own: for LSA it is the flow of −A, for
         # SA a softmax that favours the least aligned tokens; pass −A for the former.)
