@@ -1,6 +1,8 @@
 """KV / KV+G caches, prefill/decode and generation, against uncached forwards that encode the
 same semantics exactly (the fixture comparison is in test_plga_reference.py)."""
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -190,5 +192,40 @@ def test_bad_arguments(model):
     with pytest.raises(ValueError, match="scalar"):
         decode_step(model, cache, jnp.array([1, 2]))
     _, cache = decode_step(model, cache, jnp.asarray(3))
-    with pytest.raises(Exception, match="cache is full"):
-        jax.block_until_ready(decode_step(model, cache, jnp.asarray(3)))
+    # a full cache outside jit: a plain ValueError before any work (not Equinox's runtime error)
+    with pytest.raises(ValueError, match=r"decode_step: the cache is full \(7 of max_len=7"):
+        decode_step(model, cache, jnp.asarray(3))
+
+
+def test_tiny_temperature_is_greedy_and_bad_temperatures_are_refused(model):
+    """`z − max` before dividing: a temperature that overflows `logits/T` (or underflows to 0 in
+    float32) gives the argmax exactly, not junk ids."""
+    greedy = generate(model, PROMPT, max_new_tokens=4, cache="kvg")
+    for t in (1e-300, 1e-45, 1e-30):
+        tiny = generate(
+            model, PROMPT, max_new_tokens=4, cache="kvg", sampling="top_p", top_p=1.0,
+            temperature=t, key=jax.random.key(1),
+        )  # fmt: skip
+        np.testing.assert_array_equal(tiny, greedy)
+    logits = jnp.asarray([1.0, 3.0, 3.0 - 1e-6, -2.0])  # near tie: still the exact argmax
+    for t in (1e-300, 0.0):  # 0: what 1e-300 becomes in float32
+        draws = jax.vmap(
+            lambda k: _cache._sample(
+                logits, k, sampling="top_p", top_p=1.0, temperature=jnp.float32(t)
+            )
+        )(jax.random.split(jax.random.key(0), 64))
+        np.testing.assert_array_equal(draws, 1)
+    kw = dict(max_new_tokens=2, sampling="top_p", key=jax.random.key(0))
+    for bad in (float("inf"), float("nan"), -1.0, 1e39):
+        with pytest.raises(
+            ValueError, match=rf"`temperature` must be finite and > 0.*got {re.escape(str(bad))}"
+        ):
+            generate(model, PROMPT, temperature=bad, **kw)
+
+
+def test_key_must_be_a_prng_key(model):
+    with pytest.raises(ValueError, match=r"generate: `key` must be one PRNG key, e.g. "
+                       r"`jax.random.key\(0\)`, got int 0"):  # fmt: skip
+        generate(model, PROMPT, max_new_tokens=2, sampling="top_p", key=0)
+    legacy = generate(model, PROMPT, max_new_tokens=2, sampling="top_p", key=jax.random.PRNGKey(0))
+    assert legacy.shape == (2,)

@@ -1,7 +1,9 @@
 """`jaxattn plga train` / `jaxattn plga generate`: parser, clear errors, and an end-to-end run."""
 
 import json
+import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -20,7 +22,8 @@ def test_plga_group_registers_train_and_generate(capsys):
     args = parser.parse_args(["plga", "train", "--out", "x", "--dag", "0.1", "0", "0.2"])
     assert args.dag == [0.1, 0.0, 0.2] and args.steps == 300 and args.dtype == "float32"
     args = parser.parse_args(["plga", "generate", "--ckpt", "d", "--prompt", "hi"])
-    assert (args.cache, args.sampling, args.top_p) == ("none", "greedy", 0.9)  # exact by default
+    assert (args.cache, args.sampling) == ("none", "greedy")  # exact by default
+    assert (args.top_p, args.temperature, args.seed) == (None, None, None)  # top_p's; 0.9, 1, 0
     args = parser.parse_args(
         ["plga", "generate", "--ckpt", "d", "--prompt", "hi", "--cache", "auto"]
     )
@@ -264,3 +267,141 @@ def test_generate_and_audit_say_which_step_they_fall_back_to(tmp_path, capsys):
     assert main(["plga", "audit", "--ckpt", str(tmp_path), "--out", str(tmp_path / "a")]) == 2
     out = capsys.readouterr()
     assert out.out.splitlines()[0] == note and "the model 40" in out.err
+
+
+def test_generate_refuses_bad_or_ineffective_sampling_options(tmp_path, capsys):
+    parser = build_parser()
+    base = ["plga", "generate", "--ckpt", "d", "--prompt", "hi", "--sampling", "top_p"]
+    for flag, value, why in (
+        ("--temperature", "inf", "must be finite and > 0"),
+        ("--temperature", "nan", "must be finite and > 0"),
+        ("--temperature", "0", "must be finite and > 0"),
+        ("--top-p", "1.5", r"must be in \(0, 1\]"),
+        (
+            "--seed",
+            "99999999999999999999999",
+            r"9{23} is outside the 64-bit integers a seed can be",
+        ),
+    ):
+        with pytest.raises(SystemExit):
+            parser.parse_args(base + [flag, value])
+        assert re.search(f"argument {flag}: {why}", capsys.readouterr().err)
+    args = parser.parse_args(base + ["--temperature", "1e-300", "--seed", str(2**63 - 1)])
+    assert (args.temperature, args.seed) == (1e-300, 2**63 - 1)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["plga", "train", "--out", "x", "--seed", str(2**64)])
+    # an option greedy sampling ignores is refused, naming both options, before any loading
+    for flag, value in (("--top-p", "0.5"), ("--temperature", "0.7"), ("--seed", "3")):
+        argv = ["plga", "generate", "--ckpt", str(tmp_path / "none"), "--prompt", "x", flag, value]
+        assert main(argv) == 2
+        assert f"error: {flag} has no effect with --sampling greedy" in capsys.readouterr().err
+
+
+def test_inputs_that_are_not_regular_files_are_named(tmp_path, capsys):
+    """A folder, a device and a FIFO are each said to be what they are (a FIFO is never
+    opened: that would block), and `--out` naming a file is refused before any work."""
+    from jaxattn.plga._data import Tokenizer
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    train = ["plga", "train", "--out", str(tmp_path / "r"), "--text"]
+    for path, what in (
+        (tmp_path, "is a folder, not a file"),
+        ("/dev/null", "is not a regular file (it is a device)"),
+        (fifo, "is not a regular file (it is a named pipe (FIFO))"),
+    ):
+        assert main(train + [str(path)]) == 2
+        assert f"error: text: {path} {what}" in capsys.readouterr().err
+        with pytest.raises(ValueError, match=re.escape(f"tokenizer: {path} {what}")):
+            Tokenizer(path)
+    assert main(["plga", "train", "--out", str(afile)]) == 2
+    assert f"error: --out {str(afile)!r} is a file; give a folder." in capsys.readouterr().err
+    audit = ["plga", "audit", "--out", str(tmp_path / "a")]
+    assert main(audit + ["--g-lm", str(tmp_path)]) == 2
+    assert f"error: --g-lm: {tmp_path} is a folder, not a file" in capsys.readouterr().err
+    assert main(audit + ["--ckpt", str(tmp_path), "--prompts", str(fifo)]) == 2
+    assert f"error: --prompts: {fifo} is not a regular file (it is a named pipe (FIFO))" in (
+        capsys.readouterr().err
+    )
+    assert main(audit + ["--ckpt", str(tmp_path), "--new-tokens", "0"]) == 2
+    assert "error: --new-tokens must be ≥ 1, got 0" in capsys.readouterr().err
+    assert main(["plga", "audit", "--g-lm", "--out", str(afile)]) == 2
+    assert "is a file; give a folder" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.fixture(scope="module")
+def audit_run(tmp_path_factory):
+    """A checkpoint of an untrained micro model with the packaged tokenizer's vocabulary and a
+    context of 16 (below the default --seq-len 64)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxattn.plga import PLDRLLM, PLDRLLMConfig
+    from jaxattn.plga._checkpoint import config_dict, save_checkpoint
+
+    cfg = PLDRLLMConfig(vocab_size=32000, d_model=16, num_layers=1, num_heads=2, head_dim=8,
+                        dff=24, A_dff=12, num_reslayerA=1, num_denseA=1,
+                        context_length=16)  # fmt: skip
+    model = PLDRLLM(cfg, key=jax.random.key(0), dtype=jnp.float32)
+    run = tmp_path_factory.mktemp("audit_run")
+    save_checkpoint(run, step=1, data_position=0, model=model, opt_state={},
+                    manifest={"model_config": config_dict(cfg), "attention": "plga"})  # fmt: skip
+    return run
+
+
+def _prepared(run, *extra):
+    import jax
+
+    from jaxattn.plga._cli_audit import _prepare_ckpt
+
+    args = build_parser().parse_args(["plga", "audit", "--ckpt", str(run), *extra])
+    with jax.enable_x64(True):
+        return _prepare_ckpt(args)
+
+
+def test_audit_checks_prompts_and_arguments_before_any_work(audit_run, tmp_path, capsys,
+                                                            monkeypatch):  # fmt: skip
+    from jaxattn import dynamics
+
+    # the default --seq-len is capped at the model's context length
+    prompts = _prepared(audit_run)[4]
+    assert prompts.shape == (8, 16)
+    with pytest.raises(ValueError, match=r"--seq-len 40 must be between 5 .* context length 16"):
+        _prepared(audit_run, "--seq-len", "40")
+    with pytest.raises(ValueError, match="--num-prompts 5000: the corpus gives only 3852 windows "
+                       "of 16 tokens"):  # fmt: skip
+        _prepared(audit_run, "--num-prompts", "5000")
+    # one-token lines are too short, not empty; a line shorter than the minimum is named too
+    short = tmp_path / "short.txt"
+    short.write_text("hello\nworld\n")
+    why = (
+        "--prompts: need at least 2 prompts of at least 5 tokens each; .* has 2 non-empty "
+        "lines, 2 of them shorter than 5 tokens"
+    )
+    with pytest.raises(ValueError, match=why):
+        _prepared(audit_run, "--prompts", str(short))
+    short.write_text("The cat sat on the mat\nI was\n")
+    with pytest.raises(ValueError, match="2 non-empty lines, 1 of them shorter than 5 tokens"):
+        _prepared(audit_run, "--prompts", str(short))
+    # too many prompts for the memory: refused with the estimate and the count that fits
+    monkeypatch.setattr(dynamics, "memory_available", lambda: 2**30)
+    with pytest.raises(ValueError) as err:
+        _prepared(audit_run, "--num-prompts", "3000")
+    m = re.fullmatch(r"--num-prompts: auditing 3000 prompts of 16 tokens needs about ([\d.]+) GiB "
+                     r"\(4498500 prompt pairs\), more than half of the 1 GiB available; at most "
+                     r"(\d+) prompts fit", str(err.value))  # fmt: skip
+    assert m and float(m[1]) > 0.5
+    from jaxattn.plga._cli_audit import _audit_bytes
+
+    model, fit = _prepared(audit_run)[2], int(m[2])
+    assert _audit_bytes(model, fit, 16, 8) <= 2**29 < _audit_bytes(model, fit + 1, 16, 8)
+    # --g-lm with a bad --seq-len: nothing printed, no output folder
+    out = tmp_path / "out"
+    argv = ["plga", "audit", "--g-lm", "--ckpt", str(audit_run), "--seq-len", "40"]
+    assert main(argv + ["--out", str(out)]) == 2
+    cap = capsys.readouterr()
+    assert "G_LM" not in cap.out and "--seq-len 40 must be between" in cap.err
+    assert not out.exists()

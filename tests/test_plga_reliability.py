@@ -429,3 +429,85 @@ def test_bfloat16_weights_round_trip_through_safetensors(tmp_path):
     assert len(a) == len(b) and {str(x.dtype) for x in b} == {"bfloat16"}
     for x, y in zip(a, b):
         np.testing.assert_array_equal(np.asarray(x).view(np.uint16), np.asarray(y).view(np.uint16))
+
+
+# -- refused keys, dtypes and weights --------------------------------------------------------------
+
+
+def test_model_refuses_int_key_and_non_float_dtype():
+    with pytest.raises(ValueError, match=r"PLDRLLM: `key` must be one PRNG key, e\.g\. "
+                       r"`jax\.random\.key\(0\)`, got int 0"):  # fmt: skip
+        PLDRLLM(CFG, key=0)
+    for dtype, name in ((jnp.int32, "int32"), (jnp.complex64, "complex64"), (bool, "bool")):
+        with pytest.raises(ValueError, match=rf"PLDRLLM: `dtype` must be a real floating.*{name}"):
+            PLDRLLM(CFG, key=jax.random.key(0), dtype=dtype)
+
+
+def test_from_reference_refuses_complex_weights_and_int_dtype(state_dict):
+    key = "decoder.dec_layers.0.mha1.wq.weight"
+    sd = dict(state_dict)
+    sd[key] = sd[key].astype(np.complex64)
+    with pytest.raises(ValueError, match=rf"must be real: '{re.escape(key)}' holds complex64"):
+        from_reference(sd, CFG)
+    with pytest.raises(ValueError, match="from_reference: `dtype` must be a real floating.*int32"):
+        from_reference(state_dict, CFG, dtype=jnp.int32)
+
+
+def test_save_reference_refuses_non_finite_weights_before_writing(tmp_path):
+    from jaxattn.plga import save_reference
+
+    model = PLDRLLM(CFG, key=jax.random.key(0), dtype=jnp.float32)
+    bad = eqx.tree_at(
+        lambda m: m.final_layer.bias, model, model.final_layer.bias.at[3].set(jnp.nan)
+    )
+    path = tmp_path / "w.npz"
+    why = (
+        r"save_reference: Weights are not finite .* in 1 key\(s\): final_layer\.bias "
+        r"\(1 entries, first nan at \(3,\)\); nothing written"
+    )
+    with pytest.raises(ValueError, match=why):
+        save_reference(bad, path)
+    assert not path.exists()
+
+
+def test_collapse_refuses_non_finite_G():
+    from jaxattn.plga import collapse
+
+    model = PLDRLLM(CFG, key=jax.random.key(0), dtype=jnp.float32)
+    G = jnp.zeros((1, 2, 8, 8)).at[0, 1, 2, 3].set(jnp.nan)
+    with pytest.raises(ValueError, match=r"collapse: `G` has 1 non-finite entries .* the first at "
+                       r"index \[0, 1, 2, 3\]"):  # fmt: skip
+        collapse(model, G)
+    with pytest.raises(
+        ValueError, match=r"collapse: `G` has 128 non-finite entries \(NaN or inf in float32\)"
+    ):
+        collapse(model, jnp.full((1, 2, 8, 8), 1e300, jnp.float64))  # overflows float32
+
+
+# -- audits in chunks: memory linear in prompts, same numbers --------------------------------------
+
+
+def test_invariance_pairs_and_bootstrap_in_chunks_match_direct(monkeypatch):
+    """The pairs (and the bootstrap resamples) are computed a few at a time; with chunks smaller
+    than the count, and a remainder, the numbers are those of the pairwise definition."""
+    from jaxattn.plga import _audits, _mechanism
+    from jaxattn.plga._audits import invariance_order_parameter
+
+    monkeypatch.setattr(_audits, "PAIR_CHUNK", 4)
+    monkeypatch.setattr(_mechanism, "BOOTSTRAP_CHUNK", 3)
+    rng = np.random.default_rng(0)
+    tensors = {n: jnp.asarray(rng.normal(size=(5, 1, 2, 3, 3))) for n in ("A", "G_LM")}
+    pairs = jnp.asarray(np.stack(np.triu_indices(5, k=1), axis=-1), jnp.int32)  # 10 pairs
+    by_mean, by_rms = _audits._pair_order_parameters(tensors, pairs)
+    for p, (i, j) in enumerate(np.asarray(pairs)):
+        for t, n in enumerate(tensors):
+            op = invariance_order_parameter(tensors[n][i, 0], tensors[n][j, 0])
+            np.testing.assert_allclose(by_rms[p, 0, t], op.by_rms, rtol=1e-12)
+            np.testing.assert_allclose(by_mean[p, 0, t], op.by_mean_abs, rtol=1e-12)
+    d = jnp.asarray(rng.normal(size=(4, 3, 2, 2)))
+    lengths = jnp.asarray([2, 4, 8])
+    chunked = _mechanism._concentration(d, lengths, jax.random.key(0), 7)
+    monkeypatch.setattr(_mechanism, "BOOTSTRAP_CHUNK", 7)  # all at once
+    whole = _mechanism._concentration(d, lengths, jax.random.key(0), 7)
+    for a, b in zip(chunked, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)

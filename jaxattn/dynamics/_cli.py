@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._cli_args import check_out_folder, seed
 from .._npz import load_numpy_file, read_error_reason
 from ._presets import PRESETS
 
@@ -107,32 +108,6 @@ def _score_shift(text: str):
     if not np.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
     return value
-
-
-def seed(text: str) -> int:
-    """argparse type of a `--seed`: an integer that JAX's PRNG takes (a 64-bit integer;
-    a larger one ends in an `OverflowError` deep inside `jax.random`)."""
-    value = int(text)  # argparse words a ValueError as "invalid seed value"
-    if not -(2**63) <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"{text} is outside the 64-bit integers a seed can be")
-    return value
-
-
-def check_out_folder(flag: str, path: str) -> None:
-    """Refuse an output folder that cannot be one, before any work: an empty name (it
-    would write into the current folder), an existing file, or a path below a file.
-
-    **Raises:** `ValueError` naming `flag` and the path."""
-    if not path:
-        raise ValueError(f"{flag} is empty; give a folder.")
-    where = Path(path)
-    if where.exists() and not where.is_dir():
-        raise ValueError(f"{flag} {path!r} is a file; give a folder.")
-    for above in where.parents:
-        if above.exists():
-            if not above.is_dir():
-                raise ValueError(f"{flag} {path!r} lies below {str(above)!r}, a file.")
-            break
 
 
 def check_backend(command: str) -> None:

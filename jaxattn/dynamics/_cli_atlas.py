@@ -46,8 +46,9 @@ def _run_atlas(args) -> int:
     import jax
     import matplotlib
 
+    from .._cli_args import check_out_folder
     from ._atlas import run_atlas
-    from ._cli import check_backend, check_out_folder
+    from ._cli import check_backend
 
     check_out_folder("--out", args.out)
     check_backend("atlas")

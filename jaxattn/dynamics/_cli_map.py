@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from ._cli import seed
+from .._cli_args import seed
 
 _METHODS = {
     "particles": "particles",
@@ -204,7 +204,7 @@ def _run(args) -> int:
 def _run_map(args) -> int:
     import matplotlib
 
-    from ._cli import check_out_folder
+    from .._cli_args import check_out_folder
     from ._regime_map import FAMILIES, parse_axis
 
     if args.family not in FAMILIES:

@@ -596,16 +596,24 @@ class InvarianceAudit(eqx.Module):
         return out
 
 
+PAIR_CHUNK = 256
+"""`invariance_audit` computes the pairs this many at a time (`lax.map` with `batch_size`), so its
+working memory is that of `PAIR_CHUNK` pairs, not of all `prompts·(prompts − 1)/2` of them."""
+
+
 @eqx.filter_jit
 def _pair_order_parameters(tensors: dict, pairs):
-    def one(i, j):
+    def one(ij):
+        i, j = ij[0], ij[1]
         cols = [jax.vmap(invariance_order_parameter)(tensors[n][i], tensors[n][j]) for n in tensors]
         return (
             jnp.stack([c.by_mean_abs for c in cols], axis=-1),
             jnp.stack([c.by_rms for c in cols], axis=-1),
         )
 
-    return jax.vmap(one)(pairs[:, 0], pairs[:, 1])
+    # One chunk of pairs at a time: a single vmap over every pair would hold each pair's
+    # gathered tensors and intermediates at once (memory quadratic in the prompt count).
+    return jax.lax.map(one, pairs, batch_size=min(PAIR_CHUNK, pairs.shape[0]))
 
 
 def invariance_audit(model, ids: Int[ArrayLike, "prompts seq"], *, pairs=None) -> InvarianceAudit:

@@ -16,6 +16,7 @@ All buffers have a fixed size (`max_len`), so a whole generation compiles once p
 (prompt length, `max_new_tokens`, cache, sampling) and runs in a `lax.scan`.
 """
 
+import math
 from typing import Literal
 
 import equinox as eqx
@@ -25,7 +26,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from ._attention import heads_first
-from ._model import PLDRLLM
+from ._model import PLDRLLM, check_key
 
 CacheKind = Literal["none", "kv", "kvg"]
 _KINDS = ("none", "kv", "kvg")
@@ -239,9 +240,9 @@ def decode_step(
     donated to the new cache, which is written in place (no copy of the keys and values per
     token); keep `cache.copy()` to decode another branch from the same state.
 
-    **Raises:** `ValueError` for a non-scalar or (concrete) out-of-range token, or a cache
-    already consumed by an earlier step; at run time
-    (`eqx.error_if`) for a traced out-of-range token or a full cache.
+    **Raises:** `ValueError` for a non-scalar or (concrete) out-of-range token, a cache
+    already consumed by an earlier step, or (outside `jit`) a full cache; at run time
+    (`eqx.error_if`) for a traced out-of-range token or a traced full cache.
     """
     if not isinstance(cache, DecodeCache):
         raise ValueError(f"`cache` must be a DecodeCache from prefill, got {type(cache).__name__}.")
@@ -262,13 +263,24 @@ def decode_step(
             "the returned cache): pass the cache that step returned, or branch from a copy "
             "(`cache.copy()`) taken before the step."
         )
+    if not isinstance(cache.length, jax.core.Tracer) and int(cache.length) >= cache.max_len:
+        raise ValueError(
+            f"decode_step: the cache is full ({int(cache.length)} of max_len={cache.max_len} "
+            "positions filled); prefill with a larger `max_len` (at most context_length) to "
+            "decode further."
+        )
     return _decode_jit((model, token), cache)
 
 
 def _sample(logits, key, *, sampling, top_p, temperature):
     if sampling == "greedy":
         return jnp.argmax(logits).astype(jnp.int32)
-    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32)) / temperature
+    z = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+    # Scaled from the largest logit: `z − max ≤ 0`, so a tiny temperature sends every other
+    # logit to −inf (argmax, exactly) instead of overflowing all of them, and the top logit
+    # stays 0 even when the temperature underflowed to 0 in the compute dtype.
+    z = z - jnp.max(z)
+    z = jnp.where(z == 0, jnp.zeros_like(z), z / jnp.asarray(temperature, z.dtype))
     order = jnp.argsort(-z)
     zs = z[order]
     probs = jax.nn.softmax(zs)
@@ -333,13 +345,19 @@ def generate(
     - `max_new_tokens`: ≥ 1; `seq + max_new_tokens − 1 ≤ context_length`.
     - `cache`: `"none"`, `"kv"`, `"kvg"`.
     - `sampling`: `"greedy"` (argmax) or `"top_p"` (nucleus sampling: the smallest set of most
-      likely tokens with mass ≥ `top_p`, at `temperature`). `key` is required for `"top_p"`.
+      likely tokens with mass ≥ `top_p`, at `temperature`). `key` is required for `"top_p"`:
+      a typed key (`jax.random.key(0)`) or a legacy `uint32` key; `top_p` and `temperature`
+      apply only to `"top_p"`.
+    - `temperature`: finite, `> 0` and at most float32's largest value; a tiny one gives the
+      argmax exactly (the logits are scaled from their maximum).
     - `eos_id`: if given, every token after the first `eos_id` is `pad_id`.
 
     **Returns:** the new token ids, int32 `(max_new_tokens,)` (the prompt is not repeated).
 
     **Raises:** `ValueError` for a bad cache/sampling name, `max_new_tokens < 1`, a too long
-    total, `top_p` outside (0, 1], `temperature ≤ 0`, a missing `key`, bad prompt ids.
+    total, `top_p` outside (0, 1], a non-finite, non-positive or float32-overflowing
+    `temperature`, a missing `key` or one that is not a PRNG key (e.g. a Python int), bad
+    prompt ids.
     """
     kind = _check_kind(cache)
     if sampling not in ("greedy", "top_p"):
@@ -359,8 +377,13 @@ def generate(
             raise ValueError("`key` is required for sampling='top_p'.")
         if not 0 < float(top_p) <= 1:
             raise ValueError(f"`top_p` must be in (0, 1], got {top_p}.")
-        if not float(temperature) > 0:
-            raise ValueError(f"`temperature` must be > 0, got {temperature}.")
+        t = float(temperature)
+        if not (math.isfinite(t) and 0 < t <= float(np.finfo(np.float32).max)):
+            raise ValueError(
+                f"`temperature` must be finite and > 0 (at most float32's "
+                f"{float(np.finfo(np.float32).max):.4g}), got {temperature}."
+            )
+        key = check_key(key, "generate")
     if key is None:
         key = jax.random.key(0)
     return _generate_jit(

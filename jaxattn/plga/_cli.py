@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import pathlib
 import shutil
 import sys
+
+from .._cli_args import check_out_folder, seed
 
 TRAIN_EPILOG = """\
 examples:
@@ -46,6 +49,32 @@ exact recomputation), prints the measurement, and uses kvg only where every toke
 logit agree (relative difference <= 1e-4), else none. A run directory means its newest usable
 checkpoint (a corrupt newest step falls back to the previous one, and says so).
 """
+
+
+def _top_p(text: str) -> float:
+    """`--top-p`: a nucleus mass in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    """`--temperature`: finite and > 0, at most float32's largest value (the sampler's
+    dtype)."""
+    import numpy as np
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    top = float(np.finfo(np.float32).max)
+    if not (math.isfinite(value) and 0 < value <= top):
+        raise argparse.ArgumentTypeError(f"must be finite and > 0 (at most {top:.4g}), got {text}")
+    return value
 
 
 def _add_train(sub):
@@ -85,7 +114,7 @@ def _add_train(sub):
         help="DAG regulariser coefficients on A_LM, A_P, G_LM (0 0 0 = off)",
     )
     p.add_argument("--dtype", choices=("float32", "bf16"), default="float32", help="compute dtype")
-    p.add_argument("--seed", type=int, default=0, help="initialisation and batch order (0)")
+    p.add_argument("--seed", type=seed, default=0, help="initialisation and batch order (0)")
     p.add_argument("--ckpt-every", type=int, default=100, help="checkpoint period in steps (100)")
     p.add_argument("--eval-every", type=int, default=100, help="validation period in steps (100)")
     p.add_argument(
@@ -123,8 +152,18 @@ def _add_generate(sub):
     p.add_argument("--prompt", required=True, help="text to continue")
     p.add_argument("--max-new-tokens", type=int, default=50, help="tokens to generate (50)")
     p.add_argument("--sampling", choices=("greedy", "top_p"), default="greedy")
-    p.add_argument("--top-p", type=float, default=0.9, help="nucleus mass for top_p (0.9)")
-    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature (1.0)")
+    p.add_argument(
+        "--top-p",
+        type=_top_p,
+        default=None,
+        help="nucleus mass in (0, 1] for --sampling top_p (0.9)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=_temperature,
+        default=None,
+        help="softmax temperature > 0 for --sampling top_p (1.0; a tiny one is the argmax)",
+    )
     p.add_argument(
         "--cache",
         choices=("none", "auto", "kv", "kvg"),
@@ -133,7 +172,7 @@ def _add_generate(sub):
         "from the prompt (approximate unless collapsed); auto: measure on this prompt, use kvg "
         "only where it agrees with exact",
     )
-    p.add_argument("--seed", type=int, default=0, help="PRNG seed for top_p (0)")
+    p.add_argument("--seed", type=seed, default=None, help="PRNG seed for --sampling top_p (0)")
     p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
     p.add_argument("--ids", action="store_true", help="also print the generated token ids")
     p.set_defaults(run=run_generate)
@@ -203,9 +242,10 @@ def run_train(args) -> int:
     from ._model import CONFIGS, PLDRLLM
     from ._train import NonFiniteLossError, TrainConfig, train
 
+    check_out_folder("--out", args.out)
+    out = pathlib.Path(args.out)
     if args.config not in CONFIGS:
         raise ValueError(f"--config: unknown {args.config!r}; choose from {', '.join(CONFIGS)}")
-    out = pathlib.Path(args.out)
     tok_path = args.tokenizer
     if tok_path is None and args.resume and (out / "tokenizer.model").is_file():
         tok_path = out / "tokenizer.model"
@@ -386,6 +426,7 @@ def run_generate(args) -> int:
     from ._checkpoint import load_model
     from ._data import Tokenizer
 
+    _check_sampling_options(args)
     model, manifest = load_model(args.ckpt)
     step_dir = pathlib.Path(manifest["path"])
     if manifest.get("fallback"):
@@ -436,6 +477,25 @@ def run_generate(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _check_sampling_options(args) -> None:
+    """Refuse `--top-p`, `--temperature` and `--seed` under `--sampling greedy` (they would be
+    ignored), then fill in their defaults."""
+    if args.sampling == "greedy":
+        for flag, value in (
+            ("--top-p", args.top_p),
+            ("--temperature", args.temperature),
+            ("--seed", args.seed),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{flag} has no effect with --sampling greedy (the argmax); give "
+                    f"--sampling top_p to use it, or leave out {flag}"
+                )
+    args.top_p = 0.9 if args.top_p is None else args.top_p
+    args.temperature = 1.0 if args.temperature is None else args.temperature
+    args.seed = 0 if args.seed is None else args.seed
 
 
 AUTO_CACHE_RTOL = 1e-4

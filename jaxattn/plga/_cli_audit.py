@@ -48,8 +48,9 @@ def register(plga_subparsers) -> None:
     p.add_argument(
         "--seq-len",
         type=int,
-        default=64,
-        help="tokens per prompt (64; shorter prompts shorten all)",
+        default=None,
+        help="tokens per prompt (64, or the model's context length if shorter; shorter prompts "
+        "shorten all)",
     )
     p.add_argument("--new-tokens", type=int, default=8, help="greedy tokens for cache fidelity (8)")
     p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
@@ -96,9 +97,9 @@ def _load_g_lm(spec: str):
 
     if spec == "v51":
         spec = pathlib.Path(__file__).resolve().parents[1] / "data" / "pldr_v51_110m_1_G_LM.npz"
-    path = pathlib.Path(spec)
-    if not path.is_file():
-        raise FileNotFoundError(f"--g-lm: no such file: {path}")
+    from ._data import check_input_file
+
+    path = check_input_file(spec, "--g-lm")
     from .._npz import load_numpy_file, read_error_reason
 
     try:
@@ -129,49 +130,124 @@ def _load_g_lm(spec: str):
     return path, g
 
 
+DEFAULT_SEQ_LEN = 64
+"""`--seq-len` when not given (capped at the model's context length)."""
+
+
+def _min_prompt_tokens(model) -> int:
+    """The fewest tokens per prompt the audits of `model` accept: 2 (a prefix and a suffix for
+    the non-causality and cache audits); for PLGA layers, enough for two prefix lengths of the
+    concentration audit (`default_lengths`)."""
+    if model.attention != "plga":
+        return 2
+    from ._mechanism import default_lengths
+
+    seq = 2
+    while len(default_lengths(seq)) < 2:
+        seq += 1
+    return seq
+
+
+def _seq_len(args, model) -> int:
+    """`--seq-len`, checked against the model (default: `DEFAULT_SEQ_LEN` capped at its
+    context length)."""
+    ctx, low = model.config.context_length, _min_prompt_tokens(model)
+    if args.seq_len is None:
+        return min(DEFAULT_SEQ_LEN, ctx)
+    seq = int(args.seq_len)
+    if not low <= seq <= ctx:
+        raise ValueError(
+            f"--seq-len {seq} must be between {low} (the shortest prompt the audits use) and "
+            f"the context length {ctx}"
+        )
+    return seq
+
+
 def _prompts(args, tokenizer, model):
     import numpy as np
 
-    from ._data import read_documents
+    from ._data import check_input_file, read_documents
 
-    seq = int(args.seq_len)
-    if not 2 <= seq <= model.config.context_length:
-        raise ValueError(
-            f"--seq-len {seq} must be between 2 and the context length "
-            f"{model.config.context_length}"
-        )
+    seq = _seq_len(args, model)
+    low = _min_prompt_tokens(model)
     if args.prompts:
-        path = pathlib.Path(args.prompts)
-        if not path.is_file():
-            raise FileNotFoundError(f"--prompts: no such file: {path}")
+        path = check_input_file(args.prompts, "--prompts")
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
             raise ValueError(f"--prompts: {path} is not UTF-8 text ({err.reason})") from None
         lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
         rows = [tokenizer.encode(ln)[:seq] for ln in lines]
-        rows = [r for r in rows if len(r) >= 2]
+        short = sum(len(r) < low for r in rows)
+        rows = [r for r in rows if len(r) >= low]
         if len(rows) < 2:
             raise ValueError(
-                f"--prompts: need at least 2 non-empty prompts, {path} gives {len(rows)}"
+                f"--prompts: need at least 2 prompts of at least {low} tokens each; {path} has "
+                f"{len(lines)} non-empty line{'s' if len(lines) != 1 else ''}, {short} of them "
+                f"shorter than {low} tokens"
             )
         seq = min(len(r) for r in rows)
-        return np.asarray([r[:seq] for r in rows], dtype=np.int32), f"{path} ({len(rows)} prompts)"
+        skipped = f", {short} shorter than {low} tokens skipped" if short else ""
+        source = f"{path} ({len(rows)} prompts of {seq} tokens{skipped})"
+        return np.asarray([r[:seq] for r in rows], dtype=np.int32), source
     stream = [t for d in read_documents(None) for t in tokenizer.encode(d)]
     n = int(args.num_prompts)
-    if n < 2:
-        raise ValueError(f"--num-prompts must be ≥ 2, got {n}")
+    windows = len(stream) // seq
+    if n > windows:
+        raise ValueError(
+            f"--num-prompts {n}: the corpus gives only {windows} windows of {seq} tokens "
+            "(give fewer prompts or a shorter --seq-len)"
+        )
     stride = max((len(stream) - seq) // n, seq)
     rows = [stream[i * stride : i * stride + seq] for i in range(n)]
     return np.asarray(rows, dtype=np.int32), f"packaged corpus ({n} windows of {seq} tokens)"
 
 
-def _audit_g_lm(args, out: pathlib.Path, figures: bool) -> dict:
+def _audit_bytes(model, prompts: int, seq: int, itemsize: int) -> int:
+    """Rough peak memory of the checkpoint audits on `prompts` prompts of `seq` tokens: the
+    per-pair order parameters of the invariance audit (quadratic in `prompts`: kept for the
+    distribution over pairs) and, per prompt, the activations, deductive tensors, prefix
+    density operators and learner rows (a generous constant: the estimate should err high)."""
+    c = model.config
+    L, H, dk = c.num_layers, c.num_heads, c.head_dim
+    pairs = prompts * (prompts - 1) // 2
+    per_pair = 56 + 4 * 8 * L * 4  # indices (NumPy, JAX), two variants x 4 tensors, host copies
+    activations = seq * (16 * c.d_model + 4 * H * seq + 2 * c.dff)
+    tensors = L * H * dk * dk * (8 + 6 * 6)  # deductive tensors; densities at <= 6 lengths
+    rows = L * H * dk * (dk + c.A_dff) * 4 * max(c.num_reslayerA, 1)  # contraction audit
+    per_prompt = 4 * itemsize * (activations + tensors + rows)
+    return int(pairs * per_pair + prompts * per_prompt)
+
+
+def _check_memory(args, model, prompts: int, seq: int, itemsize: int) -> None:
+    """Refuse, before any work, an audit whose estimated memory (`_audit_bytes`) exceeds half
+    of the memory available, naming the largest prompt count that fits."""
+    from ..dynamics import memory_available
+
+    need = _audit_bytes(model, prompts, seq, itemsize)
+    if need <= 2**28:
+        return
+    free = memory_available()
+    if free is None or need <= free / 2:  # (unknown: nothing to compare with)
+        return
+    lo, hi = 2, prompts
+    while hi - lo > 1:  # the largest count within half the available memory
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _audit_bytes(model, mid, seq, itemsize) <= free / 2 else (lo, mid)
+    flag = "--prompts" if args.prompts else "--num-prompts"
+    raise ValueError(
+        f"{flag}: auditing {prompts} prompts of {seq} tokens needs about {need / 2**30:.3g} GiB "
+        f"({prompts * (prompts - 1) // 2} prompt pairs), more than half of the "
+        f"{free / 2**30:.3g} GiB available; at most {lo} prompts fit"
+    )
+
+
+def _audit_g_lm(args, loaded, figures: bool) -> dict:
     import numpy as np
 
     from ._audits import RANK_RTOL, as_host, energy_curvature_audit
 
-    path, g = _load_g_lm(args.g_lm)
+    path, g = loaded
     report = energy_curvature_audit(g, rope=args.rope or "interleaved")
     report["source"] = str(path)
     print(f"G_LM {path.name}: shape {tuple(g.shape)}")
@@ -199,25 +275,13 @@ def _audit_g_lm(args, out: pathlib.Path, figures: bool) -> dict:
     return as_host(report)
 
 
-def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
-    import jax
+def _prepare_ckpt(args):
+    """Load the checkpoint, its tokenizer and the prompts, and check every argument that
+    depends on them, before any audit runs. Returns `(step_dir, fallback, model, manifest,
+    prompts, source)`."""
     import jax.numpy as jnp
-    import numpy as np
 
     from . import _checkpoint
-    from ._audits import (
-        RANK_RTOL,
-        as_host,
-        cache_fidelity,
-        deductive_tensors,
-        head_spread,
-        invariance_audit,
-        noncausality_audit,
-        perron_frobenius_audit,
-        perturb_suffix,
-        rank_one_audit,
-        rope_commutant_residual,
-    )
     from ._data import Tokenizer
 
     step_dir, fallback = _checkpoint.usable_checkpoint(args.ckpt)
@@ -238,6 +302,31 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
             f"the model {model.config.vocab_size}"
         )
     prompts, source = _prompts(args, tokenizer, model)
+    _check_memory(args, model, prompts.shape[0], prompts.shape[1], jnp.dtype(dtype).itemsize)
+    return step_dir, fallback, model, manifest, prompts, source
+
+
+def _audit_ckpt(args, prepared, figures: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ._audits import (
+        RANK_RTOL,
+        as_host,
+        cache_fidelity,
+        deductive_tensors,
+        head_spread,
+        invariance_audit,
+        noncausality_audit,
+        perron_frobenius_audit,
+        perturb_suffix,
+        rank_one_audit,
+        rope_commutant_residual,
+    )
+
+    step_dir, fallback, model, manifest, prompts, source = prepared
+    dtype = model.dtype
     print(f"checkpoint {step_dir} (step {manifest.get('step')}); prompts: {source}")
     report: dict = {
         "checkpoint": str(step_dir),
@@ -351,20 +440,43 @@ def _audit_ckpt(args, out: pathlib.Path, figures: bool) -> dict:
     return report
 
 
+def _check_arguments(args) -> None:
+    """The checks that need neither the checkpoint nor the G_LM file."""
+    if not args.ckpt and not args.g_lm:
+        raise ValueError("give --ckpt DIR (a training checkpoint) or --g-lm [FILE] (a G_LM array)")
+    from .._cli_args import check_out_folder
+
+    check_out_folder("--out", args.out)
+    if args.ckpt:
+        if args.new_tokens < 1:
+            raise ValueError(f"--new-tokens must be ≥ 1, got {args.new_tokens}")
+        if args.prompts is None and args.num_prompts < 2:
+            raise ValueError(f"--num-prompts must be ≥ 2, got {args.num_prompts}")
+        if args.seq_len is not None and args.seq_len < 2:
+            raise ValueError(f"--seq-len must be ≥ 2, got {args.seq_len}")
+        if args.prompts is not None:
+            from ._data import check_input_file
+
+            check_input_file(args.prompts, "--prompts")
+
+
 def run_audit(args) -> int:
     import jax
 
-    if not args.ckpt and not args.g_lm:
-        raise ValueError("give --ckpt DIR (a training checkpoint) or --g-lm [FILE] (a G_LM array)")
+    _check_arguments(args)
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     figures = _Figures(out, enabled=not args.no_figures)
     report = {}
     with jax.enable_x64(not args.float32):  # float64 audits without touching the global setting
-        if args.g_lm:
-            report["g_lm"] = _audit_g_lm(args, out, figures)
-        if args.ckpt:
-            report["checkpoint"] = _audit_ckpt(args, out, figures)
+        # Every input is read and every argument checked before any audit runs (a refusal
+        # leaves no half-written output).
+        g_lm = _load_g_lm(args.g_lm) if args.g_lm else None
+        ckpt = _prepare_ckpt(args) if args.ckpt else None
+        out.mkdir(parents=True, exist_ok=True)
+        if g_lm is not None:
+            report["g_lm"] = _audit_g_lm(args, g_lm, figures)
+        if ckpt is not None:
+            report["checkpoint"] = _audit_ckpt(args, ckpt, figures)
     (out / "audit.json").write_text(json.dumps(report))  # results first, figures after
     failed = figures.draw()
     written = sorted(p.name for p in out.iterdir() if p.is_file())

@@ -163,7 +163,8 @@ def collapse(
     equal the original's for every input; otherwise `collapse_error` quantifies the difference.
 
     **Raises:** `ValueError` if neither or both of `G` and `ids` are given, `G` has the wrong
-    shape, `fold` is unknown, or the model is not a PLGA model.
+    shape or (when concrete) NaN or infinite entries in the model's dtype, `fold` is unknown,
+    or the model is not a PLGA model.
     """
     if fold not in ("auto", "always", "never"):
         raise ValueError(f"`fold` must be 'auto', 'always' or 'never', got {fold!r}.")
@@ -180,6 +181,15 @@ def collapse(
         raise ValueError(
             f"collapse: `G` must have shape (layers, heads, dk, dk) = {shape}, got {G.shape}."
         )
+    if not isinstance(G, jax.core.Tracer):
+        finite = np.isfinite(np.asarray(G))
+        if not finite.all():
+            where = [int(i) for i in np.argwhere(~finite)[0]]
+            raise ValueError(
+                f"collapse: `G` has {int((~finite).sum())} non-finite entries (NaN or inf in "
+                f"{jnp.dtype(model.dtype).name}), the first at index {where}; every logit of "
+                "the collapsed model would be non-finite."
+            )
     sdpa = _sdpa_copy(model)
     residual = np.asarray(jnp.max(rope_commutant_residual(G, rope=c.rope), axis=-1))
     folded = [fold == "always" or (fold == "auto" and float(r) <= fold_rtol) for r in residual]

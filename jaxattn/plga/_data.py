@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
@@ -36,6 +37,35 @@ DEFAULT_TOKENIZER = pathlib.Path(str(_DATA / "pldr_refinedweb_unigram32k.model")
 DEFAULT_CORPUS = pathlib.Path(str(_DATA / "corpus" / "botchan.txt"))
 
 
+def check_input_file(path: str | os.PathLike, what: str) -> pathlib.Path:
+    """`path` as a `Path` if it names a regular file (a link to one is followed), checked with
+    `os.stat` before anything opens it: opening a FIFO for reading blocks until a writer comes,
+    and a device such as `/dev/zero` never ends.
+
+    **Raises:** `FileNotFoundError` `"{what}: no such file: {path}"`; `ValueError`
+    `"{what}: {path} is a folder, not a file"` or `"... is not a regular file (...)"`.
+    """
+    path = pathlib.Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{what}: no such file: {path}") from None
+    if stat.S_ISDIR(mode):
+        raise ValueError(f"{what}: {path} is a folder, not a file")
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a named pipe (FIFO)"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a plain file"
+        )
+        raise ValueError(f"{what}: {path} is not a regular file (it is {kind})")
+    return path
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -53,17 +83,14 @@ class Tokenizer:
       unk 1,
       bos 2, eos 3).
 
-    **Raises:** `FileNotFoundError` if the file does not exist; `ValueError` if it is not a
-    SentencePiece
-    model or has no EOS piece.
+    **Raises:** `FileNotFoundError` if the file does not exist; `ValueError` if it is a folder or
+    not a regular file, not a SentencePiece model, or has no EOS piece.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
         import sentencepiece as spm
 
-        path = pathlib.Path(DEFAULT_TOKENIZER if path is None else path)
-        if not path.is_file():
-            raise FileNotFoundError(f"tokenizer: no such file: {path}")
+        path = check_input_file(DEFAULT_TOKENIZER if path is None else path, "tokenizer")
         blob = path.read_bytes()
         sp = spm.SentencePieceProcessor()
         try:
@@ -159,16 +186,16 @@ def read_documents(paths: Sequence[str | os.PathLike] | None = None) -> list[str
     document. `None` reads the packaged corpus (*Botchan*, public domain; see
     `jaxattn/data/corpus`).
 
-    **Raises:** `FileNotFoundError` for a missing file; `ValueError` if the files hold no text at
-    all, or a file holds NUL characters or more than 1 % other control characters (not text).
+    **Raises:** `FileNotFoundError` for a missing file; `ValueError` for a folder or something
+    that is not a regular file (a FIFO, a device), if the files hold no text at all, or a file
+    holds NUL characters or more than 1 % other control characters (not text).
     """
     paths = [DEFAULT_CORPUS] if paths is None else [pathlib.Path(p) for p in paths]
     if not paths:
         raise ValueError("text: no files given")
     docs = []
     for path in paths:
-        if not path.is_file():
-            raise FileNotFoundError(f"text: no such file: {path}")
+        check_input_file(path, "text")
         try:
             text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as err:

@@ -283,6 +283,11 @@ def _slope(log_s, y):
     return jnp.sum(xc * yc, axis=0) / jnp.sum(xc * xc, axis=0)
 
 
+BOOTSTRAP_CHUNK = 8
+"""`density_concentration` draws its bootstrap resamples this many at a time (working memory of
+`BOOTSTRAP_CHUNK` resamples, not of all `num_bootstrap`)."""
+
+
 @eqx.filter_jit
 def _concentration(densities, lengths, key, num_bootstrap):
     d = _wide(densities)
@@ -301,7 +306,10 @@ def _concentration(densities, lengths, key, num_bootstrap):
         sp, _ = _spread(d, jax.random.dirichlet(k, jnp.ones((P,), d.dtype)))
         return sp, _slope(log_s, logsp(sp))
 
-    sp_b, ex_b = jax.vmap(boot)(jax.random.split(key, num_bootstrap))
+    # A few resamples at a time: one vmap over all of them would hold `num_bootstrap` copies of
+    # the deviations `d − d̄` (prompts · lengths · batch · dk² each) at once.
+    keys = jax.random.split(key, num_bootstrap)
+    sp_b, ex_b = jax.lax.map(boot, keys, batch_size=min(BOOTSTRAP_CHUNK, num_bootstrap))
     q = jnp.asarray([0.025, 0.975], d.dtype)
     band = jnp.moveaxis(jnp.quantile(sp_b, q, axis=0), 0, -1)
     ci = jnp.moveaxis(jnp.quantile(ex_b, q, axis=0), 0, -1)

@@ -195,6 +195,41 @@ def _is_tracer(x) -> bool:
     return isinstance(x, jax.core.Tracer)
 
 
+def check_key(key, fn: str):
+    """`key` if it is one PRNG key: a typed key (`jax.random.key(0)`, shape `()`) or a legacy
+    `uint32` key of shape `(2,)` (`jax.random.PRNGKey(0)`).
+
+    **Raises:** `ValueError` naming `fn` otherwise (a Python int, say, which JAX would refuse
+    only deep inside `jax.random` as "invalid PRNG key data")."""
+    dtype = getattr(key, "dtype", None)
+    shape = getattr(key, "shape", None)
+    if dtype is not None:
+        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+            return key
+        if dtype == jnp.uint32 and shape == (2,):
+            return key
+        got = f"an array of shape {shape} and dtype {dtype}"
+    else:
+        got = f"{type(key).__name__} {key!r}"
+    raise ValueError(f"{fn}: `key` must be one PRNG key, e.g. `jax.random.key(0)`, got {got}.")
+
+
+def check_float_dtype(dtype, fn: str):
+    """`dtype` as a NumPy dtype if it is a real floating type (float16/32/64, bfloat16).
+
+    **Raises:** `ValueError` naming `fn` and the dtype otherwise (integers, complex, bool)."""
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"{fn}: `dtype` must be a floating dtype, got {dtype!r}.") from None
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(
+            f"{fn}: `dtype` must be a real floating dtype (float32, float64, bfloat16, "
+            f"float16), got {dt.name}."
+        )
+    return dt
+
+
 class PLDRLLM(eqx.Module):
     r"""The PLDR-LLM v51 decoder on one sequence of token ids.
 
@@ -207,10 +242,14 @@ class PLDRLLM(eqx.Module):
     **Arguments (init):**
 
     - `config`: a `PLDRLLMConfig` (e.g. `CONFIGS["tiny"]`).
-    - `key`: PRNG key (keyword-only).
-    - `dtype`: parameter and compute dtype (default float32).
+    - `key`: PRNG key (keyword-only), e.g. `jax.random.key(0)`; a Python int is refused.
+    - `dtype`: parameter and compute dtype, a real float type (default float32).
     - `attention`: `"plga"` (default) or `"sdpa"` — the same shape without the metric learner and
       PLGA tensors, i.e. `G = I` (the baseline for benchmarks).
+
+    **Raises:** `ValueError` for a `config` that is not a `PLDRLLMConfig`, an unknown
+    `attention`, a `key` that is not one PRNG key (e.g. a Python int) or a `dtype` that is not
+    a real float type.
 
     Initialisation: Xavier-uniform Linear weights, zero biases, N(0, 1) embedding, unit
     LayerNorms; PLGA tensors as in `PowerLawGraphAttention`.
@@ -237,10 +276,12 @@ class PLDRLLM(eqx.Module):
             raise ValueError(f"`config` must be a PLDRLLMConfig, got {type(config).__name__}.")
         if attention not in ("plga", "sdpa"):
             raise ValueError(f"`attention` must be 'plga' or 'sdpa', got {attention!r}.")
+        key = check_key(key, "PLDRLLM")
+        dtype = check_float_dtype(dtype, "PLDRLLM")
         self.config = config
         self.attention = attention
         # One compiled initialiser instead of hundreds of eagerly dispatched random ops.
-        parts = _init_parts(config, key, dtype=jnp.dtype(dtype), attention=attention)
+        parts = _init_parts(config, key, dtype=dtype, attention=attention)
         self.embedding, self.emb_norm, self.layers, self.final_layer = parts
 
     @property

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._npz import load_npz
-from ._model import PLDRLLM, PLDRLLMConfig
+from ._model import PLDRLLM, PLDRLLMConfig, check_float_dtype
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(PLDRLLMConfig))
 _METADATA_KEY = "jaxattn_config"
@@ -239,9 +239,13 @@ def from_reference(
     **Returns:** the model.
 
     **Raises:** `ValueError` naming missing, unexpected or mis-shaped keys, keys holding NaN or
-    infinite entries (or entries that overflow `dtype`), an unreadable file or an unknown suffix;
+    infinite entries (or entries that overflow `dtype`) or complex ones, a `dtype` that is not a
+    real float type (or, without `dtype`, integer weights), an unreadable file or an unknown
+    suffix;
     `FileNotFoundError` for a missing path.
     """
+    if dtype is not None:
+        dtype = check_float_dtype(dtype, "from_reference")
     weights, hints = _read(source)
     if config is None:
         config = infer_config(weights, **hints)
@@ -286,9 +290,21 @@ def from_reference(
         raise ValueError(
             "Weights do not match the reference layout for this config: " + "; ".join(problems)
         )
+    for key in sorted(expected):
+        kind = np.asarray(weights[key]).dtype
+        if kind.kind == "c":
+            raise ValueError(
+                f"Weights must be real: {key!r} holds {kind.name} entries (cast them to "
+                "a real float dtype; the imaginary part has no meaning in the model)."
+            )
     _check_finite(weights, expected)
     if dtype is None:
         dtype = jnp.asarray(weights["decoder.embedding.weight"][:1]).dtype
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(
+                f"from_reference: the stored weights are {jnp.dtype(dtype).name} "
+                "('decoder.embedding.weight'); pass a float `dtype` to load them."
+            )
     with np.errstate(over="ignore"):  # an overflowing cast is reported below, by key
         values = [jnp.asarray(_stack(keys, weights), dtype) for _, keys in entries]
     for (_, keys), value in zip(entries, values):
@@ -374,10 +390,18 @@ def to_reference(model: PLDRLLM) -> dict[str, np.ndarray]:
 def save_reference(model: PLDRLLM, path) -> None:
     """Write the weights in the reference layout to `path` (`.safetensors` or `.npz`), with the
     config (safetensors metadata / 0-d npz entries plus the `keys` list), so that
-    `PLDRLLM.from_reference(path)` rebuilds the same model. Raises `ValueError` for another
-    suffix."""
+    `PLDRLLM.from_reference(path)` rebuilds the same model.
+
+    **Raises:** `ValueError` for another suffix, or for weights holding NaN or infinite entries
+    (naming the keys; `from_reference` would refuse the file), before anything is written."""
     path = os.fspath(path)
+    if not (path.endswith(".safetensors") or path.endswith(".npz")):
+        raise ValueError(f"`path` must end in .safetensors or .npz, got {path!r}.")
     weights = to_reference(model)
+    try:
+        _check_finite(weights, weights)
+    except ValueError as err:
+        raise ValueError(f"save_reference: {err}; nothing written to {path!r}.") from None
     cfg = dataclasses.asdict(model.config)
     if path.endswith(".safetensors"):
         from safetensors.numpy import save_file
