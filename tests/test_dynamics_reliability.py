@@ -537,3 +537,15 @@ def test_a_sweep_says_why_its_members_failed():
     res = sweep(A, np.eye(2), 1.0, 0, method="ott_antonsen", t1=5.0, progress=False)
     assert res.failed.tolist() == [False, True, False]
     assert res.failure_reasons() == [("nonfinite_argument", 1)]
+
+
+def test_classifying_a_series_without_a_finite_value_warns():
+    from jaxattn.dynamics import classify_order_parameter, classify_tokens
+
+    ts = jnp.linspace(0.0, 10.0, 41)
+    with pytest.warns(UserWarning, match="every value of R2 is NaN or inf") as w:
+        regime, _ = classify_order_parameter(ts, jnp.full(41, jnp.nan + 0j))
+    assert regime == REGIMES.undetermined and w[0].filename == __file__
+    with pytest.warns(UserWarning, match="every value of xs is NaN or inf"):
+        regime, _ = classify_tokens(ts, jnp.full((41, 4, 2), jnp.nan))
+    assert regime == REGIMES.undetermined

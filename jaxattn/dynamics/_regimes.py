@@ -184,7 +184,8 @@ def _check_order_parameter(where, R2):
     """An order parameter is complex and a mean of unit phasors, `|R₂| ≤ 1`: a real
     series (the phase is lost) or a concrete one leaving the unit disc beyond solver noise
     (a wrong normalisation) is refused. Non-finite entries are left to the classifier (a
-    failed run reads undetermined); traced values can't be checked."""
+    failed run reads undetermined; a warning when no value at all is finite); traced
+    values can't be checked."""
     if not jnp.issubdtype(R2.dtype, jnp.complexfloating):
         raise ValueError(
             f"{where}: R2 must be complex, R₂ = (1/n) Σ exp(2iθ_j); got dtype {R2.dtype}."
@@ -193,9 +194,10 @@ def _check_order_parameter(where, R2):
         r = np.abs(np.asarray(R2))
     except Exception:  # traced
         return
-    r = np.where(np.isfinite(r), r, 0.0)
     if r.size == 0:
         return  # the window check names the missing samples
+    _warn_if_nothing_finite(where, r, "R2")
+    r = np.where(np.isfinite(r), r, 0.0)
     i = int(np.argmax(r))
     if r[i] > 1 + 1e-3:
         raise ValueError(
@@ -204,13 +206,27 @@ def _check_order_parameter(where, R2):
         )
 
 
+def _warn_if_nothing_finite(where, values: np.ndarray, name: str) -> None:
+    """Warn when a concrete series holds no finite value at all: the regime is then
+    undetermined by construction, which a caller should hear (the saves a failed solve
+    never reached are NaN or inf)."""
+    if not np.isfinite(values).any():
+        warn_at_caller(
+            f"{where}: every value of {name} is NaN or inf (the saves of a solve that failed "
+            "at its start?); the regime is undetermined."
+        )
+
+
 def _check_tokens_nonzero(where, xs):
     """Concrete tokens must have nonzero norm (they are points of the sphere, normalised
-    here); traced ones can't be checked. Non-finite tokens are left to the classifier."""
+    here); traced ones can't be checked. Non-finite tokens are left to the classifier
+    (with a warning when no value at all is finite)."""
     try:
         x = np.asarray(xs)
     except Exception:  # traced
         return
+    if x.size:
+        _warn_if_nothing_finite(where, x, "xs")
     zero = np.argwhere(np.sum(x * x, axis=-1) == 0)  # as `normalise` sees it
     if zero.size:
         t, k = (int(v) for v in zero[0])
