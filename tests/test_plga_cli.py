@@ -405,3 +405,10 @@ def test_audit_checks_prompts_and_arguments_before_any_work(audit_run, tmp_path,
     cap = capsys.readouterr()
     assert "G_LM" not in cap.out and "--seq-len 40 must be between" in cap.err
     assert not out.exists()
+    # --num-prompts beside --prompts would be ignored: refused, naming both
+    lines = tmp_path / "lines.txt"
+    lines.write_text("The cat sat on the mat today\nI was born in a small town\n")
+    argv = ["plga", "audit", "--ckpt", str(audit_run), "--prompts", str(lines)]
+    assert main(argv + ["--num-prompts", "4", "--out", str(out)]) == 2
+    assert "--num-prompts has no effect with --prompts FILE" in capsys.readouterr().err
+    assert not out.exists()

@@ -44,7 +44,12 @@ def register(plga_subparsers) -> None:
         help="text file, one prompt per line (default: windows of the packaged corpus)",
     )
     p.add_argument("--out", metavar="DIR", default="audit", help="output directory (./audit)")
-    p.add_argument("--num-prompts", type=int, default=8, help="prompts used from the corpus (8)")
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=None,
+        help=f"prompts used from the corpus ({DEFAULT_NUM_PROMPTS}; not with --prompts)",
+    )
     p.add_argument(
         "--seq-len",
         type=int,
@@ -133,6 +138,9 @@ def _load_g_lm(spec: str):
 DEFAULT_SEQ_LEN = 64
 """`--seq-len` when not given (capped at the model's context length)."""
 
+DEFAULT_NUM_PROMPTS = 8
+"""`--num-prompts` when neither it nor `--prompts` is given."""
+
 
 def _min_prompt_tokens(model) -> int:
     """The fewest tokens per prompt the audits of `model` accept: 2 (a prefix and a suffix for
@@ -191,7 +199,7 @@ def _prompts(args, tokenizer, model):
         source = f"{path} ({len(rows)} prompts of {seq} tokens{skipped})"
         return np.asarray([r[:seq] for r in rows], dtype=np.int32), source
     stream = [t for d in read_documents(None) for t in tokenizer.encode(d)]
-    n = int(args.num_prompts)
+    n = DEFAULT_NUM_PROMPTS if args.num_prompts is None else int(args.num_prompts)
     windows = len(stream) // seq
     if n > windows:
         raise ValueError(
@@ -450,7 +458,12 @@ def _check_arguments(args) -> None:
     if args.ckpt:
         if args.new_tokens < 1:
             raise ValueError(f"--new-tokens must be ≥ 1, got {args.new_tokens}")
-        if args.prompts is None and args.num_prompts < 2:
+        if args.prompts is not None and args.num_prompts is not None:
+            raise ValueError(
+                "--num-prompts has no effect with --prompts FILE (the file's lines are the "
+                "prompts); give one of them"
+            )
+        if args.num_prompts is not None and args.num_prompts < 2:
             raise ValueError(f"--num-prompts must be ≥ 2, got {args.num_prompts}")
         if args.seq_len is not None and args.seq_len < 2:
             raise ValueError(f"--seq-len must be ≥ 2, got {args.seq_len}")
