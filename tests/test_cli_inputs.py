@@ -164,7 +164,7 @@ def test_a_seed_beyond_64_bits_is_a_usage_error(capsys, command):
     with pytest.raises(SystemExit) as exc:
         main([command, *(["case4"] if command == "map" else []), "--seed", str(2**70)])
     assert exc.value.code == 2
-    assert "outside the 64-bit integers a seed can be" in capsys.readouterr().err
+    assert "outside [0, 2**32 - 1], the seeds that give distinct keys" in capsys.readouterr().err
 
 
 def test_simulate_refuses_a_tolerance_or_an_output_folder_before_solving(
@@ -184,10 +184,42 @@ def test_simulate_refuses_a_tolerance_or_an_output_folder_before_solving(
 def test_map_refuses_an_infinite_axis_end_without_numpy_warnings(tmp_path, capsys, no_solve):
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # linspace's inf arithmetic warned first
-        assert main(["map", "case4", "--x", "v11=-inf:1:3", *_MAP, "--out", str(tmp_path)]) == 2
-    assert "its ends must be finite numbers" in _one_line_error(capsys, "map")
+    for axis, words in [
+        ("v11=-inf:1:3", "its ends must be finite numbers"),
+        ("v11=-1e308:1e308:3", "hi - lo = inf overflows"),
+    ]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # linspace's inf arithmetic warned first
+            assert main(["map", "case4", "--x", axis, *_MAP, "--out", str(tmp_path)]) == 2
+        assert words in _one_line_error(capsys, "map")
+
+
+def test_map_seed_range_depends_on_the_inits(tmp_path, capsys, no_solve):
+    # the members' seeds seed·inits + k must be sweep seeds, in [0, 2**32)
+    argv = ["map", "case4", "--n", "4", "--inits", "4", "--no-progress", "--out", str(tmp_path)]
+    assert main(argv + ["--seed", str(2**30)]) == 2
+    assert "--seed must be in [0, 1073741822] with --inits 4" in _one_line_error(capsys, "map")
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_first(tmp_path, monkeypatch):
+    import os
+
+    from jaxattn import _cli_args
+
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for path, words in [
+        ("   ", "--out is blank"),
+        (str(tmp_path / "dangling"), "is a link to nothing"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            _cli_args.check_out_folder("--out", path)
+
+    def refuse(*args, **kwargs):  # a folder without write permission (root ignores chmod)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(_cli_args.tempfile, "TemporaryFile", refuse)
+    with pytest.raises(ValueError, match="nothing can be written in .* \\(Permission denied\\)"):
+        _cli_args.check_out_folder("--out", str(tmp_path / "new" / "sub"))
 
 
 def test_matrix_files_that_are_accepted(tmp_path):
@@ -289,3 +321,10 @@ def test_random_bytes_and_a_json_object_get_plain_reasons(tmp_path):
     obj.write_text('{"A": [[1, 0], [0, 1]]}')
     with pytest.raises(ValueError, match=r"--A: .*obj.json .*a nested list of numbers"):
         _load_matrix(str(obj), "A")
+
+
+def test_regime_map_refuses_a_base_seed_beyond_the_sweep_seeds():
+    # (it used to end in an OverflowError from the int64 seeds, or name derived seeds)
+    for seed in (2**61, -1, 2.5):
+        with pytest.raises(ValueError, match=r"regime_map: seed must be an integer in \[0, "):
+            regime_map_module.regime_map("case4", {"v11": [0.0, 1.0]}, inits=3, seed=seed)

@@ -475,6 +475,15 @@ def test_tokens_far_off_the_sphere_are_rescaled_exactly_not_zeroed():
         assert far.successful
         np.testing.assert_allclose(far.xs, unit.xs, rtol=0, atol=1e-12)
         np.testing.assert_allclose(float(far.initial_deviation), deviation, rtol=1e-6)
+    # Without 64-bit JAX, float64 tokens of 1e300 would overflow in the cast to float32:
+    # they are scaled on the host first.
+    with jax.enable_x64(False):
+        f32 = AttentionDynamics(jnp.array(ROT, jnp.float32), jnp.eye(2, dtype=jnp.float32))
+        with pytest.warns(UserWarning, match="off the unit sphere") as w:
+            far = simulate(f32, 1e300 * x0, t1=5.0, num_save=6)
+        assert len(w) == 1 and far.successful and far.xs.dtype == jnp.float32
+        assert float(far.initial_deviation) == np.inf  # 1e300 is beyond float32
+        np.testing.assert_allclose(far.xs, unit.xs, rtol=0, atol=1e-5)
 
 
 class _BreaksAtHalf(eqx.Module):
@@ -495,7 +504,9 @@ def test_a_flow_that_turns_nonfinite_is_named_not_a_stalled_clock():
     assert simulate(overflow, _x0(4), t1=1.0, num_save=3, throw=False).result == (
         RESULTS.nonfinite_flow
     )
-    # the float32 clock stall of the test above keeps its own code: no value was NaN
+    # the float32 clock stall of the test above keeps its own code: no value was NaN; a
+    # finite-time blow-up (finite values, ever faster) stalls the clock too, and says so
+    assert "blows up in finite time" in RESULTS[RESULTS.time_stalled]
 
 
 @pytest.mark.parametrize(
@@ -521,6 +532,8 @@ def test_a_relative_tolerance_of_one_or_more_is_refused():
         simulate(field, _x0(4), t1=1.0, rtol=10.0)
     with pytest.raises(ValueError, match="sweep: rtol must be below 1"):
         Integration(rtol=1.0)
+    with pytest.raises(ValueError, match="simulate: rtol must be a number, got '1e-3'"):
+        simulate(field, _x0(4), t1=1.0, rtol="1e-3")
 
 
 def test_fixed_points_refuse_nonfinite_weights():

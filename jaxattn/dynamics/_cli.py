@@ -82,7 +82,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("--t1", type=float, default=None, help="horizon (default: the preset's)")
     p.add_argument("--num-save", type=int, default=1001, help="save times (default 1001)")
-    p.add_argument("--seed", type=seed, default=0, help="PRNG seed of the initial tokens")
+    p.add_argument(
+        "--seed", type=seed, default=0, help="PRNG seed of the initial tokens, 0 to 2**32 - 1 (0)"
+    )
     p.add_argument("--rtol", type=float, default=1e-7)
     p.add_argument("--atol", type=float, default=1e-9)
     p.add_argument(

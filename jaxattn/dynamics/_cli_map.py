@@ -72,7 +72,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--inits", type=int, default=4, help="initial conditions per cell, K (default 4)"
     )
-    p.add_argument("--seed", type=seed, default=0, help="base seed (default 0)")
+    p.add_argument(
+        "--seed",
+        type=seed,
+        default=0,
+        help="base seed: member seeds are seed*inits + k, below 2**32 (0)",
+    )
     p.add_argument(
         "--lyapunov",
         type=int,
@@ -205,7 +210,7 @@ def _run_map(args) -> int:
     import matplotlib
 
     from .._cli_args import check_out_folder
-    from ._regime_map import FAMILIES, parse_axis
+    from ._regime_map import FAMILIES, largest_base_seed, parse_axis
 
     if args.family not in FAMILIES:
         raise ValueError(f"unknown family {args.family!r}; choose one of {', '.join(FAMILIES)}.")
@@ -223,6 +228,12 @@ def _run_map(args) -> int:
         args.inits,
     )
     check_out_folder("--out", args.out)
+    largest = largest_base_seed(args.inits)
+    if not 0 <= args.seed <= largest:
+        raise ValueError(
+            f"--seed must be in [0, {largest}] with --inits {args.inits} (the members' seeds "
+            f"seed·inits + k lie in [0, 2**32)), got {args.seed}."
+        )
     from ._sweep import Runner
 
     runner = Runner(

@@ -180,6 +180,12 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+def largest_base_seed(inits: int) -> int:
+    """The largest `seed` of `regime_map` with `inits` initial conditions per cell: its
+    members' seeds `seed·inits + k` (k < inits) must lie in [0, 2**32), the sweep's range."""
+    return (2**32 - 1) // int(inits) - 1
+
+
 def parse_axis(spec: str) -> tuple[str, np.ndarray]:
     """Parse `"name=lo:hi:num"` (a grid of `num` cell centres from lo to hi) or
     `"name=v1,v2,..."` into `(name, values)`.
@@ -201,7 +207,13 @@ def parse_axis(spec: str) -> tuple[str, np.ndarray]:
             if not (math.isfinite(lo) and math.isfinite(hi)):
                 # (checked here: linspace would warn of the inf arithmetic first)
                 raise ValueError(f"axis {spec!r}: its ends must be finite numbers.")
-            values = np.linspace(lo, hi, int(num))
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = np.linspace(lo, hi, int(num))
+            if not np.all(np.isfinite(values)):
+                raise ValueError(
+                    f"axis {spec!r}: its ends must be finite numbers whose grid is finite "
+                    f"(hi - lo = {hi - lo:g} overflows)."
+                )
         else:
             values = np.array([float(v) for v in rng.split(",")])
     except ValueError as err:
@@ -792,8 +804,9 @@ def regime_map(
     **Returns:** a `RegimeMap`.
 
     **Raises:** `ValueError` naming the problem: an unknown family or parameter, bad
-    axes, a family returning something other than `(A, V, beta)` or a flow module, and
-    every error of `sweep`.
+    axes, a `seed` outside `[0, largest_base_seed(inits)]` (the members' seeds must be
+    sweep seeds, in [0, 2**32)), a family returning something other than `(A, V, beta)` or
+    a flow module, and every error of `sweep`.
 
     Source: the regimes of Li et al. (2026); basin fractions as in the multistability
     literature (fraction of initial conditions attracted to each regime).
@@ -810,6 +823,12 @@ def regime_map(
     inits = int(inits)
     if inits < 1:
         raise ValueError(f"{where}: inits must be >= 1, got {inits}.")
+    largest = largest_base_seed(inits)
+    if not (isinstance(seed, (int, np.integer)) and 0 <= int(seed) <= largest):
+        raise ValueError(
+            f"{where}: seed must be an integer in [0, {largest}] with inits = {inits} (the "
+            f"members' seeds seed·inits + k lie in [0, 2**32)), got {seed!r}."
+        )
     base = {**defaults, **fixed}
     cells = tuple(len(v) for _, v in axes)
     saves = num_save if integration is None else integration.num_save

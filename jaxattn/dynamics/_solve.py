@@ -55,9 +55,11 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
     nonpositive_beta = "beta <= 0: beta is an inverse temperature and must be positive"
     time_stalled = (
         "the time stopped advancing: the step the controller asked for was below the "
-        "floating-point spacing of t (e.g. 0.0078 near t = 1e5 in float32), so the same step "
-        "was retried without progress; start the run at t0 = 0, solve in float64 or loosen "
-        "rtol/atol (more max_steps will not help)"
+        "floating-point spacing of t, so the same step was retried without progress. Either "
+        "t is coarse in this dtype (e.g. spacing 0.0078 near t = 1e5 in float32: start the "
+        "run at t0 = 0, solve in float64 or loosen rtol/atol), or the solution changes ever "
+        "faster there (it blows up in finite time or the flow is singular: no setting helps); "
+        "more max_steps will not help"
     )
     # Appended last: the codes above keep their numbers (saved sweeps store them).
     nonfinite_flow = (
@@ -354,18 +356,31 @@ def _row_norms(x: np.ndarray) -> np.ndarray:
 
 
 def _scaled_into_range(x0):
-    """Tokens `x0` (concrete, finite) with every row scaled by a power of 2 so that its
-    largest entry lies in [1/2, 1): the same directions exactly (a power of 2 scales
-    without rounding), and squares that neither overflow nor underflow when the solver
-    normalises them. Rows already in range are returned unchanged."""
-    xn = np.asarray(x0)
-    with np.errstate(over="ignore", under="ignore"):
-        squares = np.sum(xn.astype(np.float64) ** 2, axis=1)
-    dtype_range = np.finfo(xn.dtype)
-    if np.all((squares > float(dtype_range.tiny)) & (squares < float(dtype_range.max))):
+    """Tokens `x0` with every row scaled by a power of 2 so that its largest entry lies in
+    [1/2, 1): the same directions exactly (a power of 2 scales without rounding), and
+    squares that neither overflow nor underflow when the solver normalises them, in the
+    dtype JAX will hold them in (float32 for float64 input without 64-bit JAX: 1e300
+    would become inf in the cast). `x0` itself when no row needs it, or when it is not a
+    concrete 2-d floating array (traced, wrong shape or kind: left to `check_tokens`)."""
+    if not _is_concrete(x0):
         return x0
-    e = _row_exponents(xn)
-    return jnp.asarray(np.ldexp(xn, -e[:, None]).astype(xn.dtype))
+    xn = np.asarray(x0)
+    if xn.ndim != 2 or not np.issubdtype(xn.dtype, np.floating) or xn.size == 0:
+        return x0
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        squares = np.sum(xn.astype(np.float64) ** 2, axis=1)
+    held = np.finfo(jax.dtypes.canonicalize_dtype(xn.dtype))
+    fits = (squares > float(held.tiny)) & (squares < float(held.max))
+    # (rows with a non-finite entry or all zero are refused by name in `check_tokens`)
+    if np.all(fits | ~np.all(np.isfinite(xn), axis=1) | np.all(xn == 0, axis=1)):
+        return x0
+    e = _row_exponents(np.where(np.isfinite(xn), xn, 0))
+    scaled = np.ldexp(xn, -e[:, None]).astype(xn.dtype)
+    return (
+        scaled
+        if isinstance(x0, np.ndarray) or not isinstance(x0, jax.Array)
+        else (jnp.asarray(scaled))
+    )
 
 
 class _Guarded(eqx.Module):
@@ -889,6 +904,8 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
     if _is_concrete(t0) and _is_concrete(t1) and not float(t1) > float(t0):
         raise ValueError(f"{where}: need t1 > t0 (forward time), got t0={t0}, t1={t1}.")
     for name, value in (("rtol", rtol), ("atol", atol)):
+        if isinstance(value, (str, bytes)):
+            raise ValueError(f"{where}: {name} must be a number, got {value!r}.")
         if value is not None and _is_concrete(value):
             if not (np.isfinite(float(value)) and float(value) > 0):
                 raise ValueError(f"{where}: {name} must be a finite positive number, got {value}.")
@@ -990,18 +1007,21 @@ def simulate(
     manifold = flow_manifold(field)
     builtin = isinstance(field, AttentionDynamics)
     d = field.d if isinstance(getattr(field, "d", None), int) else None
+    rescaled = False
+    if manifold == "sphere":
+        # Far off (1e300, 1e-300): their squares would overflow to inf or underflow to 0
+        # when normalised (all-zero tokens reported successful), or the tokens themselves
+        # in a cast to float32. Scaled on the host first, exactly.
+        x_given, x0 = x0, _scaled_into_range(x0)
+        rescaled = x0 is not x_given
     x0, deviation = check_tokens(x0, d, allow_zero=manifold == "euclidean" and not builtin)
+    if rescaled and deviation is not None:  # that of the tokens as given
+        deviation = float(np.max(np.abs(_row_norms(np.asarray(x_given)) - 1)))
     if manifold == "sphere" and deviation is not None and deviation > 1e-6:
         warn_at_caller(
             f"simulate: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
             f"{deviation:.3g}); they were normalised before solving."
         )
-    rescaled = False
-    if manifold == "sphere" and deviation is not None:
-        # Far off (1e300, 1e-300): their squares would overflow to inf or underflow to 0
-        # when normalised (all-zero tokens reported successful).
-        x_given, x0 = x0, _scaled_into_range(x0)
-        rescaled = x0 is not x_given
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))
     x0 = x0.astype(dtype)
@@ -1055,11 +1075,9 @@ def simulate(
         bool(project),
     )
     if rescaled:  # the deviation of the tokens as given, not of their rescaled copy
-        traj = eqx.tree_at(
-            lambda tr: tr.initial_deviation,
-            traj,
-            jnp.asarray(deviation, traj.initial_deviation.dtype),
-        )
+        held = traj.initial_deviation.dtype
+        value = deviation if deviation <= float(jnp.finfo(held).max) else np.inf
+        traj = eqx.tree_at(lambda tr: tr.initial_deviation, traj, jnp.asarray(value, held))
     if throw:
         traj = eqx.tree_at(
             lambda tr: tr.xs,

@@ -114,7 +114,9 @@ def _add_train(sub):
         help="DAG regulariser coefficients on A_LM, A_P, G_LM (0 0 0 = off)",
     )
     p.add_argument("--dtype", choices=("float32", "bf16"), default="float32", help="compute dtype")
-    p.add_argument("--seed", type=seed, default=0, help="initialisation and batch order (0)")
+    p.add_argument(
+        "--seed", type=seed, default=0, help="initialisation and batch order, 0 to 2**32 - 1 (0)"
+    )
     p.add_argument("--ckpt-every", type=int, default=100, help="checkpoint period in steps (100)")
     p.add_argument("--eval-every", type=int, default=100, help="validation period in steps (100)")
     p.add_argument(
@@ -172,7 +174,9 @@ def _add_generate(sub):
         "from the prompt (approximate unless collapsed); auto: measure on this prompt, use kvg "
         "only where it agrees with exact",
     )
-    p.add_argument("--seed", type=seed, default=None, help="PRNG seed for --sampling top_p (0)")
+    p.add_argument(
+        "--seed", type=seed, default=None, help="PRNG seed for --sampling top_p, 0 to 2**32 - 1 (0)"
+    )
     p.add_argument("--tokenizer", metavar="MODEL", help="default: the run's tokenizer.model")
     p.add_argument("--ids", action="store_true", help="also print the generated token ids")
     p.set_defaults(run=run_generate)
