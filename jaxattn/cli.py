@@ -43,14 +43,16 @@ def main(argv=None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 2
+    # `plga train`, not `plga`: the command as typed, subcommand included
+    command = " ".join(c for c in (args.command, getattr(args, "plga_command", None)) if c)
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = _warning_printer(args.command, warnings.showwarning)
+            warnings.showwarning = _warning_printer(command, warnings.showwarning)
             return int(args.run(args) or 0)
     except (ValueError, OSError, UnicodeDecodeError) as err:
         # Bad input and unusable paths (missing file, --out naming a file, unreadable text)
         # are one-line errors; anything else is a bug and keeps its traceback.
-        print(f"jaxattn {args.command}: error: {err}", file=sys.stderr)
+        print(f"jaxattn {command}: error: {err}", file=sys.stderr)
         return 2
 
 

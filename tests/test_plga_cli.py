@@ -318,7 +318,10 @@ def test_inputs_that_are_not_regular_files_are_named(tmp_path, capsys):
         with pytest.raises(ValueError, match=re.escape(f"tokenizer: {path} {what}")):
             Tokenizer(path)
     assert main(["plga", "train", "--out", str(afile)]) == 2
-    assert f"error: --out {str(afile)!r} is a file; give a folder." in capsys.readouterr().err
+    # named by the subcommand as typed, not "jaxattn plga"
+    assert f"jaxattn plga train: error: --out {str(afile)!r} is a file; give a folder." in (
+        capsys.readouterr().err
+    )
     audit = ["plga", "audit", "--out", str(tmp_path / "a")]
     assert main(audit + ["--g-lm", str(tmp_path)]) == 2
     assert f"error: --g-lm: {tmp_path} is a folder, not a file" in capsys.readouterr().err

@@ -215,6 +215,10 @@ def test_short_run_with_long_warmup_warns(data, tmp_path):
     train(Bigram(32000, key=jax.random.key(0)), data, _tc(steps=2), out_dir=tmp_path / "s",
           progress=False, log=msgs.append)  # fmt: skip
     assert not any("warm-up" in m for m in msgs)
+    msgs.clear()  # one step: no warm-up at all (the schedule's rate at count 0 is the peak)
+    train(Bigram(32000, key=jax.random.key(0)), data, _tc(steps=1, warmup_steps=3),
+          out_dir=tmp_path / "t", progress=False, log=msgs.append)  # fmt: skip
+    assert any("dropped in a run of one step: its one update uses the peak" in m for m in msgs)
 
 
 def test_resume_falls_back_past_a_corrupt_checkpoint_bit_for_bit(data, tmp_path):

@@ -454,7 +454,12 @@ def train(
             f"data rows have seq_len {data.seq_len}, TrainConfig.seq_len is {config.seq_len}"
         )
     pad_id = int(data.pad_id)
-    if config.warmup_steps >= config.steps:
+    if config.warmup_steps >= config.steps and config.steps == 1:
+        say(
+            f"warning: the warm-up ({config.warmup_steps} steps) is dropped in a run of one "
+            "step: its one update uses the peak learning rate"
+        )
+    elif config.warmup_steps >= config.steps:
         say(
             f"warning: the warm-up ({config.warmup_steps} steps) is not shorter than the run "
             f"({config.steps} steps): the learning rate rises linearly over "
