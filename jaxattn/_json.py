@@ -20,6 +20,22 @@ from ._npz import recorded_sha256
 SUMMARY_SHA256 = "summary_sha256"
 
 
+def special_file_kind(mode: int) -> str | None:
+    """What a file of `os.stat` mode `mode` is when it is not a regular file ("a folder",
+    "a named pipe (FIFO)", "a device", "a socket"); None for a regular file. Checked before
+    a file is opened: opening a pipe for reading waits for a writer, and a device such as
+    `/dev/zero` never ends."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a plain file"
+
+
 def read_regular_file(path, *, limit: int | None = None) -> bytes:
     """The bytes of the file `path`, which must be a regular file (a link to one is
     followed): a FIFO would block and a device such as `/dev/zero` never ends.
@@ -27,10 +43,10 @@ def read_regular_file(path, *, limit: int | None = None) -> bytes:
     **Raises:** `ValueError` for something that is not a regular file, or one larger than
     `limit` bytes; `OSError` when it cannot be opened.
     """
-    # Checked before opening: opening a pipe for reading waits for a writer.
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise ValueError("it is not a regular file (a device, a pipe or a folder)")
+    info = os.stat(path)  # before opening (`special_file_kind`)
+    kind = special_file_kind(info.st_mode)
+    if kind is not None:
+        raise ValueError(f"it is not a regular file (it is {kind})")
     if limit is not None and info.st_size > limit:
         raise ValueError(f"it holds {info.st_size} bytes, more than a summary's {limit}")
     with open(path, "rb") as f:

@@ -108,13 +108,13 @@ def test_only_regular_files_are_read(tmp_path):
     # A pipe would block and /dev/zero never ends: both are refused at once.
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)  # no writer: opening it to read would wait forever
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match=r"not a regular file \(it is a named pipe \(FIFO\)\)"):
         read_regular_file(fifo)
     with pytest.raises(ValueError, match="not a regular file"):
         read_json_object(fifo)
     link = tmp_path / "zero.npz"
     os.symlink("/dev/zero", link)
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match=r"not a regular file \(it is a device\)"):
         read_regular_file(link)
-    with pytest.raises(ValueError, match="not a regular file"):
+    with pytest.raises(ValueError, match=r"not a regular file \(it is a folder\)"):
         read_regular_file(tmp_path)

@@ -14,11 +14,12 @@ import math
 import os
 import pathlib
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
 import numpy as np
+
+from .._json import special_file_kind
 
 __all__ = [
     "DEFAULT_CORPUS",
@@ -47,21 +48,12 @@ def check_input_file(path: str | os.PathLike, what: str) -> pathlib.Path:
     """
     path = pathlib.Path(path)
     try:
-        mode = os.stat(path).st_mode
+        kind = special_file_kind(os.stat(path).st_mode)
     except FileNotFoundError:
         raise FileNotFoundError(f"{what}: no such file: {path}") from None
-    if stat.S_ISDIR(mode):
+    if kind == "a folder":
         raise ValueError(f"{what}: {path} is a folder, not a file")
-    if not stat.S_ISREG(mode):
-        kind = (
-            "a named pipe (FIFO)"
-            if stat.S_ISFIFO(mode)
-            else "a device"
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-            else "a socket"
-            if stat.S_ISSOCK(mode)
-            else "not a plain file"
-        )
+    if kind is not None:
         raise ValueError(f"{what}: {path} is not a regular file (it is {kind})")
     return path
 
