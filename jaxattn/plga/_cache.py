@@ -272,6 +272,25 @@ def decode_step(
     return _decode_jit((model, token), cache)
 
 
+TEMPERATURE_MAX = float(np.finfo(np.float32).max)
+"""The largest sampling temperature: the sampler divides in float32 or wider."""
+
+
+def top_p_problem(top_p) -> str | None:
+    """Why `top_p` is not a nucleus mass in (0, 1] (None when it is); `generate` and the
+    `--top-p` of `jaxattn plga generate` both ask."""
+    return None if 0 < float(top_p) <= 1 else f"must be in (0, 1], got {top_p}"
+
+
+def temperature_problem(temperature) -> str | None:
+    """Why `temperature` is not a sampling temperature: finite, > 0 and at most
+    `TEMPERATURE_MAX` (None when it is); `generate` and `--temperature` both ask."""
+    t = float(temperature)
+    if math.isfinite(t) and 0 < t <= TEMPERATURE_MAX:
+        return None
+    return f"must be finite and > 0 (at most float32's {TEMPERATURE_MAX:.4g}), got {temperature}"
+
+
 def _sample(logits, key, *, sampling, top_p, temperature):
     if sampling == "greedy":
         return jnp.argmax(logits).astype(jnp.int32)
@@ -375,14 +394,12 @@ def generate(
     if sampling == "top_p":
         if key is None:
             raise ValueError("`key` is required for sampling='top_p'.")
-        if not 0 < float(top_p) <= 1:
-            raise ValueError(f"`top_p` must be in (0, 1], got {top_p}.")
-        t = float(temperature)
-        if not (math.isfinite(t) and 0 < t <= float(np.finfo(np.float32).max)):
-            raise ValueError(
-                f"`temperature` must be finite and > 0 (at most float32's "
-                f"{float(np.finfo(np.float32).max):.4g}), got {temperature}."
-            )
+        for name, why in (
+            ("top_p", top_p_problem(top_p)),
+            ("temperature", temperature_problem(temperature)),
+        ):
+            if why is not None:
+                raise ValueError(f"`{name}` {why}.")
         key = check_key(key, "generate")
     if key is None:
         key = jax.random.key(0)

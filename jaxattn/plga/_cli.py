@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import pathlib
 import shutil
 import sys
@@ -51,30 +50,27 @@ checkpoint (a corrupt newest step falls back to the previous one, and says so).
 """
 
 
-def _top_p(text: str) -> float:
-    """`--top-p`: a nucleus mass in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+def _sampling_number(problem: str):
+    """argparse type of a sampling option: a number that `generate`'s check `problem`
+    (`top_p_problem`, `temperature_problem` of `jaxattn.plga._cache`) accepts."""
+
+    def parse(text: str) -> float:
+        from . import _cache
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        why = getattr(_cache, problem)(value)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    return parse
 
 
-def _temperature(text: str) -> float:
-    """`--temperature`: finite and > 0, at most float32's largest value (the sampler's
-    dtype)."""
-    import numpy as np
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    top = float(np.finfo(np.float32).max)
-    if not (math.isfinite(value) and 0 < value <= top):
-        raise argparse.ArgumentTypeError(f"must be finite and > 0 (at most {top:.4g}), got {text}")
-    return value
+_top_p = _sampling_number("top_p_problem")
+_temperature = _sampling_number("temperature_problem")
 
 
 def _add_train(sub):
