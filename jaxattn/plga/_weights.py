@@ -407,8 +407,6 @@ def save_reference(model: PLDRLLM, path) -> None:
         from safetensors.numpy import save_file
 
         save_file(weights, path, metadata={_METADATA_KEY: json.dumps(cfg)})
-    elif path.endswith(".npz"):
+    else:  # .npz (the suffix was checked first)
         extra = {k: np.asarray(v) for k, v in cfg.items()}
         np.savez(path, keys=np.asarray(list(weights)), **weights, **extra)
-    else:
-        raise ValueError(f"`path` must end in .safetensors or .npz, got {path!r}.")
