@@ -218,6 +218,7 @@ from ._theory import (
 from ._theory import (
     stated_prediction as stated_prediction,
 )
+from ._tsit5 import UnrolledTsit5 as UnrolledTsit5
 from ._vector_field import KERNELS as KERNELS
 from ._vector_field import NORMALISATIONS as NORMALISATIONS
 from ._vector_field import AttentionDynamics as AttentionDynamics
