@@ -320,6 +320,15 @@ def test_bad_input():
     assert bool(jnp.all(jnp.isnan(sol.R[1:])))
     good = solve_ott_antonsen(I2, V, 0.3, t1=1.0, ts=ts)
     assert float(jnp.max(jnp.abs(sol.R[0] - good.R))) < 1e-13
+    # a traced β ≤ 0 (refused when concrete) is the code simulate gives, with NaN R
+    betas = jnp.array([1.0, 0.0, -2.0])
+    sol = jax.vmap(lambda b: solve_ott_antonsen(I2, V, 0.3, beta=b, t1=1.0, ts=ts, throw=False))(
+        betas
+    )
+    assert [bool(c) for c in (sol.result == RESULTS.nonpositive_beta)] == [False, True, True]
+    assert (
+        bool(jnp.all(jnp.isnan(sol.R[1:]))) and float(jnp.max(jnp.abs(sol.R[0] - good.R))) < 1e-13
+    )
     # With throw=True the traced |R0| > 1 raises with a message naming it.
     runtime_errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
     with pytest.raises(runtime_errors, match=r"\|R0\| > 1"):

@@ -5,6 +5,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxattn.dynamics._search import regime_score, regime_search
 
@@ -60,3 +61,32 @@ def test_search_crosses_the_case2_boundary():
     assert res.history["score"][0] < 0.5 <= 0.9 <= res.history["score"][-1]
     lam_max = float(jnp.max(res.params))
     assert 0.0 <= lam_max < 0.1  # landed just past the boundary max(l) = 0
+
+
+def test_settings_and_params_are_checked_before_any_step():
+    eye = jnp.eye(2)
+
+    def build(p):
+        return eye, jnp.array([[p[0], p[1]], [-p[1], -p[0]]])
+
+    for beta in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="regime_search: beta must be finite and > 0"):
+            regime_search(jnp.array([0.3, 1.0]), build, beta=beta, max_iters=1)
+    with pytest.raises(ValueError, match=r"regime_score: window must be in \(0, 1\]"):
+        regime_score(eye, eye, window=0.0)
+    with pytest.raises(ValueError, match="regime_score: num_save must be an integer >= 2"):
+        regime_score(eye, eye, num_save=1)
+    with pytest.raises(ValueError, match="regime_search: params has no numbers"):
+        regime_search({}, build, max_iters=1)
+    with pytest.raises(ValueError, match="params must hold real numbers, got a leaf of dtype"):
+        regime_search(jnp.array([0.3 + 1j, 1.0]), build, max_iters=1)
+    # a traced β ≤ 0 cannot be refused: NaN, as the solve's RESULTS.nonpositive_beta
+    assert np.isnan(float(jax.jit(lambda b: regime_score(eye, eye, b))(-1.0)))
+    # integer and list parameters are promoted to floats and move like float ones
+    kw = dict(max_iters=2, t1=20.0)
+    ints = regime_search(jnp.array([0, 1]), build, **kw)
+    floats = regime_search(jnp.array([0.0, 1.0]), build, **kw)
+    listed = regime_search([0.0, 1.0], build, **kw)
+    np.testing.assert_allclose(ints.history["score"], floats.history["score"], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(listed.history["score"], floats.history["score"], rtol=0, atol=1e-14)
+    assert ints.history["score"][1] != ints.history["score"][0]

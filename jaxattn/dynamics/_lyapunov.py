@@ -28,6 +28,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from .._warn import warn_at_caller
 from ..sphere import normalise, safe_norm
 from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs
 from ._solve import (
@@ -378,9 +379,17 @@ def _check_common(where, t0, t1, k, dim, num_renorm, transient, rtol, atol, max_
         raise ValueError(f"{where}: max_steps must be >= 1, got {max_steps}.")
 
 
+# The tangent vectors are drawn from their own stream of the key (`fold_in`), never from
+# the key itself: tokens drawn with the same key (`sample_uniform(jax.random.key(0), n, d)`,
+# the usual first key) are the normalised draws of that key, so the first tangent vector
+# was parallel to the first token and its tangent part pure rounding (exponents that moved
+# with the compilation: eager and jit disagreed beyond their stated uncertainty).
+TANGENT_STREAM = 0x4C59
+
+
 def _initial_tangents(key, k, shape, dtype):
     key = jax.random.key(0) if key is None else key
-    return jax.random.normal(key, (k,) + tuple(shape), dtype)
+    return jax.random.normal(jax.random.fold_in(key, TANGENT_STREAM), (k,) + tuple(shape), dtype)
 
 
 def lyapunov_spectrum(
@@ -422,12 +431,14 @@ def lyapunov_spectrum(
     **Arguments:**
 
     - `field`: the flow.
-    - `x0`: initial tokens, shape `(n, d)` (normalised on the sphere).
+    - `x0`: initial tokens, shape `(n, d)` (normalised on the sphere, with a `UserWarning`
+      when concrete and off it by more than 1e-6, as `simulate`).
     - `t1`, `t0`: the horizon.
     - `k`: number of exponents, `1 ≤ k ≤ n (d − 1)` on the sphere (`n d` in `R^{n×d}`).
     - `transient`: time discarded at the start (default `0.1 (t1 − t0)`); it must leave at
       least `2 · NUM_BLOCKS = 16` segments.
-    - `num_renorm`: number of segments (re-orthonormalisations); the segment
+    - `num_renorm`: number of segments (re-orthonormalisations), at least 16 and enough
+      to leave 16 after the transient (with the default transient: at least 18); the segment
       `(t1 − t0)/num_renorm` must be short enough that `exp((λ_1 − λ_k) Δ)` stays far
       from `1/eps` (the vectors would collapse onto the leading direction).
     - `solver`, `rtol`, `atol`: as in `diffrax.diffeqsolve` (`PIDController(rtol, atol)`).
@@ -438,7 +449,9 @@ def lyapunov_spectrum(
       time averages that per-step errors of order `rtol` barely move (the tests compare
       against closed forms and Jacobian eigenvalues at the default). `True` costs more
       steps (≈ 1.4× on the three-token chaos candidate).
-    - `key`: PRNG key for the random initial tangent vectors (default `jax.random.key(0)`).
+    - `key`: PRNG key for the random initial tangent vectors (default `jax.random.key(0)`);
+      they are drawn from `jax.random.fold_in(key, 0x4C59)`, so a key that also
+      drew the tokens does not give tangent vectors parallel to them.
 
     **Returns:** a `LyapunovSpectrum` (exponents sorted descending, their uncertainty, the
     running estimates, the result code).
@@ -465,7 +478,12 @@ def lyapunov_spectrum(
         )
     manifold = flow_manifold(field)
     d = field.d if isinstance(getattr(field, "d", None), int) else None
-    x0, _ = check_tokens(x0, d)
+    x0, deviation = check_tokens(x0, d)
+    if manifold == "sphere" and deviation is not None and deviation > 1e-6:
+        warn_at_caller(
+            f"{where}: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
+            f"{deviation:.3g}); they were normalised before solving."
+        )
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves), float)
     x0 = x0.astype(dtype)
@@ -567,8 +585,13 @@ def lyapunov_spectrum_ott_antonsen(
     y0 = jnp.where(jnp.isfinite(y0), y0, 0)
     outside = jnp.sum(y0**2) > (1 + _DISC_SLACK) ** 2
     scale = jnp.where(jnp.sum(y0**2) > 1, 1 / jnp.sqrt(jnp.maximum(jnp.sum(y0**2), 1)), 1)
-    y0 = jnp.where(bad | outside, 0, y0 * scale)
-    code = RESULTS.where(bad, RESULTS.nonfinite_argument, RESULTS.outside_disc)
+    nonpositive = ~bad & ~(beta > 0)  # a traced β ≤ 0 (a concrete one is refused)
+    y0 = jnp.where(bad | outside | nonpositive, 0, y0 * scale)
+    code = RESULTS.where(
+        bad,
+        RESULTS.nonfinite_argument,
+        RESULTS.where(nonpositive, RESULTS.nonpositive_beta, RESULTS.outside_disc),
+    )
     flow = OttAntonsenFlow(A, V, beta)
     W0 = _initial_tangents(key, int(k), (2,), dtype)
     return _spectrum(
@@ -584,7 +607,7 @@ def lyapunov_spectrum_ott_antonsen(
         rtol,
         atol,
         int(max_steps),
-        bad | outside,
+        bad | outside | nonpositive,
         code,
         bool(control_tangents),
     )

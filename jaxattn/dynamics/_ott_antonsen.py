@@ -125,6 +125,7 @@ class OttAntonsenChecks(eqx.Module):
     bad: Bool[Array, ""]
     outside: Bool[Array, ""]
     overshoot0: Float[Array, ""]
+    nonpositive: Bool[Array, ""]  # a (finite) β ≤ 0: refused when concrete, a code when traced
 
 
 def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
@@ -140,7 +141,8 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
     y0 = jnp.where(jnp.isfinite(y0), y0, 0)
     y0c, over0 = _clip_disc(y0)
     outside = over0 > _DISC_SLACK
-    invalid = bad | outside
+    nonpositive = ~bad & ~(beta > 0)
+    invalid = bad | outside | nonpositive
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
     problem = Problem(
         term=diffrax.ODETerm(_oa_rhs),
@@ -150,12 +152,14 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
         controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
-    return problem, OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0)
+    return problem, OttAntonsenChecks(
+        bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive
+    )
 
 
 def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSolution:
     """The `OttAntonsenSolution` of a finished solve (whole or segmented)."""
-    invalid = checks.bad | checks.outside
+    invalid = checks.bad | checks.outside | checks.nonpositive
     R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
     # Saved states are interpolated between steps and can leave the closed disc by about
     # the tolerance; |R₂| ≤ 1 by definition, so clip them (a member on the circle read
@@ -164,6 +168,7 @@ def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSoluti
     R = jnp.where(invalid, jnp.nan, R)
     result = RESULTS.promote(sol.result)
     result = RESULTS.where(checks.outside & ~checks.bad, RESULTS.outside_disc, result)
+    result = RESULTS.where(checks.nonpositive, RESULTS.nonpositive_beta, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
     overshoot = jnp.where(invalid, jnp.nan, jnp.maximum(checks.overshoot0, sol.solver_state[1]))
     return OttAntonsenSolution(
@@ -254,6 +259,7 @@ def solve_ott_antonsen(
     is not 1-d, or (concrete values) anything is non-finite, `beta ≤ 0` (an inverse
     temperature, refused as `simulate` refuses it) or `|R0| > 1`. Under `jit`/`vmap`
     a non-finite argument gives `R = NaN` and `result = RESULTS.nonfinite_argument`,
+    `beta ≤ 0` gives `R = NaN` and `RESULTS.nonpositive_beta` (as in `simulate`),
     `|R0| > 1` gives `R = NaN` and `RESULTS.outside_disc`; `max_steps` gives
     `RESULTS.max_steps_reached`.
 

@@ -70,6 +70,38 @@ def _check_gradient_tol(where, rtol, atol):
             )
 
 
+def _check_score_settings(where, beta, t1, window, num_save):
+    """The settings of a score that can be checked before anything is traced: a concrete
+    `beta` must be a positive scalar (an inverse temperature; a traced one gives NaN and
+    `RESULTS.nonpositive_beta` in the solve), `t1` finite and positive, `window` in
+    (0, 1] and `num_save` an integer >= 2 (two saves make the shortest time average)."""
+    if not isinstance(beta, jax.core.Tracer):
+        b = np.asarray(beta)
+        if b.ndim != 0 or b.dtype.kind not in "iuf":
+            raise ValueError(f"{where}: beta must be a real scalar, got {beta!r}.")
+        if not (np.isfinite(b) and b > 0):
+            raise ValueError(
+                f"{where}: beta must be finite and > 0 (an inverse temperature), got {beta}."
+            )
+    try:
+        t1f = float(t1)
+    except TypeError:  # traced
+        t1f = None
+    if t1f is not None and not (np.isfinite(t1f) and t1f > 0):
+        raise ValueError(f"{where}: t1 must be finite and > 0, got {t1}.")
+    try:
+        w = float(window)
+    except TypeError:
+        w = None
+    if w is not None and not 0 < w <= 1:
+        raise ValueError(
+            f"{where}: window must be in (0, 1] (the late fraction of the horizon the score "
+            f"averages over), got {window}."
+        )
+    if isinstance(num_save, bool) or not isinstance(num_save, (int, np.integer)) or num_save < 2:
+        raise ValueError(f"{where}: num_save must be an integer >= 2, got {num_save!r}.")
+
+
 def _late_ts(t1, num_save, window, dtype):
     return jnp.linspace((1 - window) * t1, t1, num_save, dtype=dtype)
 
@@ -101,11 +133,14 @@ def regime_score(
     **Returns:** a scalar, differentiable in `A`, `V`, `beta` (and `R0`/`x0`); NaN when the
     solve failed (`throw=False` inside).
 
-    **Raises:** `ValueError` for an unknown `method`/`score`, a missing `x0`, or `rtol`/`atol`
+    **Raises:** `ValueError` for an unknown `method`/`score`, a missing `x0`, `rtol`/`atol`
     above `MAX_GRADIENT_TOL` (the gradient would be off by more than ~0.1 %, see the module
-    docstring).
+    docstring), a concrete `beta` that is not a positive real scalar, `t1 ≤ 0`, `window`
+    outside (0, 1] or `num_save < 2`; the solver's errors for bad `A`, `V`, `R0`, `x0`. A
+    traced `beta ≤ 0` gives NaN (the solve's `RESULTS.nonpositive_beta`).
     """
     _check_gradient_tol("regime_score", rtol, atol)
+    _check_score_settings("regime_score", beta, t1, window, num_save)
     A = jnp.asarray(A)
     V = jnp.asarray(V)
     dtype = jnp.result_type(A.dtype, V.dtype, float)
@@ -155,6 +190,25 @@ def regime_score(
         dY = jnp.diff(Y, axis=0)
         return jnp.mean(jnp.sqrt(jnp.sum(dY**2, -1) + 1e-30) / jnp.diff(ts))
     raise ValueError(f"regime_score: score must be 'order' or 'phase_velocity', got {score!r}.")
+
+
+def _real_params(where, params):
+    """`params` with every leaf a real floating array (integers promoted to JAX's default
+    float); refuses a pytree without leaves and complex, boolean or non-numeric leaves."""
+    leaves = jax.tree_util.tree_leaves(params)
+    if not leaves:
+        raise ValueError(f"{where}: params has no numbers to optimise, got {params!r}.")
+
+    def leaf(x):
+        a = np.asarray(x) if not isinstance(x, jax.Array) else x
+        kind = np.dtype(a.dtype).kind
+        if kind not in "iuf":
+            raise ValueError(
+                f"{where}: params must hold real numbers, got a leaf of dtype {a.dtype}."
+            )
+        return jnp.asarray(a, a.dtype if kind == "f" else jnp.result_type(float))
+
+    return jax.tree.map(leaf, params)
 
 
 @dataclasses.dataclass
@@ -219,12 +273,18 @@ def regime_search(
 
     **Returns:** a `SearchResult`.
 
-    **Raises:** `ValueError` for an unknown `target`, or `rtol`/`atol` above
-    `MAX_GRADIENT_TOL`.
+    `params` is a pytree of real numbers (arrays, Python numbers or lists of them); integer
+    leaves are promoted to JAX's default float.
+
+    **Raises:** `ValueError` for an unknown `target`, `rtol`/`atol` above
+    `MAX_GRADIENT_TOL`, `params` without numbers or with complex or boolean leaves, and the
+    settings `regime_score` refuses (`beta`, `t1`, `window`, `num_save`), before any step.
     """
     if target not in ("clustering", "no_clustering", "boundary"):
         raise ValueError(f"regime_search: unknown target {target!r}.")
     _check_gradient_tol("regime_search", rtol, atol)
+    _check_score_settings("regime_search", beta, t1, window, num_save)
+    params = _real_params("regime_search", params)
     optimiser = optax.adam(learning_rate) if optimiser is None else optimiser
 
     def loss_fn(p):
