@@ -101,3 +101,37 @@ def test_case3_rotation_rate_matches_circle_integral():
     )
     assert sol.successful
     assert abs(ham.measured_rotation_rate(ts, sol.R) - theory) < 1e-5
+
+
+def test_fixed_points_in_float32_on_a_zero_field_and_bad_input():
+    # Case 4 (v11 = 0.5 < v12 = 1): one centre at R = −0.181i (float64). float32 finds it
+    # too with its own default tolerances (the float64 ones were out of its reach: none).
+    V4 = np.array([[0.5, 1.0], [-1.0, -0.5]])
+    ref = bif.fixed_points(np.eye(2), V4)
+    f32 = bif.fixed_points(np.eye(2, dtype=np.float32), V4.astype(np.float32))
+    assert len(ref.R) == len(f32.R) == 1 and ref.kind == f32.kind == ["centre"]
+    assert abs(f32.R[0] - ref.R[0]) < 1e-6
+    # a zero field fixes every point: the seeds are returned, not an empty set
+    zero = bif.fixed_points(np.zeros((2, 2)), np.zeros((2, 2)))
+    assert len(zero.R) == 7 * 32 - 31 and set(zero.kind) == {"degenerate"}
+    for beta in (0.0, -1.0):
+        with pytest.raises(ValueError, match="fixed_points: beta is an inverse temperature"):
+            bif.fixed_points(np.eye(2), V4, beta)
+    with pytest.raises(ValueError, match="fixed_points: A and V must be float32 or float64"):
+        bif.fixed_points(np.eye(2, dtype=np.float16), V4.astype(np.float16))
+    with pytest.raises(ValueError, match="extra_seeds must be a 1-d array"):
+        bif.fixed_points(np.eye(2), V4, extra_seeds=0.3)
+
+
+def test_refine_transition_orders_its_bracket_and_refuses_non_numbers():
+    p, (lo, hi), _ = bif.refine_transition(lambda q: q > 1.0, 2.0, 0.5, tol=1e-10)
+    assert lo < hi and abs(p - 1.0) < 1e-10
+    # through the saddle-node of the Case-4 family, bracket given high end first
+    fam = lambda q: (np.eye(2), np.array([[q, 1.0], [-1.0, -q]]), 1.0)  # noqa: E731
+    assert abs(bif.saddle_node_on_circle(fam, 2.0, 0.5)[0] - 1.0) < 1e-7
+    with pytest.raises(ValueError, match="refine_transition: lo must be a finite number"):
+        bif.refine_transition(lambda q: q > 1.0, float("nan"), 2.0)
+    with pytest.raises(ValueError, match="lo and hi are the same point"):
+        bif.refine_transition(lambda q: q > 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="circle_extrema: V has non-finite entries"):
+        bif.saddle_node_on_circle(lambda q: (np.eye(2), np.full((2, 2), np.nan), 1.0), 0.5, 2.0)

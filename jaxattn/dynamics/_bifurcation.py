@@ -17,6 +17,7 @@ field on the closed unit disc; the circle `|R| = 1` (two antipodal clusters) is 
   label changes along a path.
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -65,7 +66,7 @@ class FixedPoints(NamedTuple):
 
 
 @eqx.filter_jit
-def _newton_batch(seeds, A, V, beta, tol):
+def _newton_batch(seeds, A, V, beta, tol, residual_tol):
     def one(y0):
         sol = optx.root_find(
             lambda y, _: oa_field_real(y, A, V, beta),
@@ -74,12 +75,23 @@ def _newton_batch(seeds, A, V, beta, tol):
             throw=False,
             max_steps=80,
         )
-        y = sol.value
+        # A seed that is already a root stays one: where the Jacobian is singular there
+        # (a continuum of equilibria, e.g. the zero field of β·A = 0 or V = 0) Newton's
+        # step is 0/0 and would lose it.
+        at_root = jnp.linalg.norm(oa_field_real(y0, A, V, beta)) <= residual_tol
+        y = jnp.where(at_root & ~jnp.all(jnp.isfinite(sol.value)), y0, sol.value)
         res = jnp.linalg.norm(oa_field_real(y, A, V, beta))
         jac = jax.jacfwd(lambda z: oa_field_real(z, A, V, beta))(y)
         return y, res, jnp.linalg.eigvals(jac)
 
     return jax.vmap(one)(seeds)
+
+
+FIXED_POINT_TOLERANCES = {
+    # (tol, residual_tol, merge_tol, stability_tol) of `fixed_points` by dtype
+    "float64": (1e-12, 1e-9, 1e-6, 1e-7),
+    "float32": (1e-6, 1e-5, 1e-4, 1e-5),
+}
 
 
 def _seeds(num_radii, num_angles, dtype):
@@ -112,39 +124,63 @@ def fixed_points(
     num_radii: int = 7,
     num_angles: int = 32,
     extra_seeds=None,
-    tol: float = 1e-12,
-    residual_tol: float = 1e-9,
-    merge_tol: float = 1e-6,
-    stability_tol: float = 1e-7,
+    tol: float | None = None,
+    residual_tol: float | None = None,
+    merge_tol: float | None = None,
+    stability_tol: float | None = None,
 ) -> FixedPoints:
     r"""All fixed points of the OA flow in the closed unit disc that Newton's method finds
     from a polar grid of seeds (`num_radii × num_angles`, circle included).
 
-    **Arguments:** `A`, `V` real 2×2; `beta` scalar; `extra_seeds` complex array of further
-    starting points (continuation passes the previous points); tolerances for Newton,
-    the residual `|F(R)|` that accepts a root, merging duplicates and the stability test.
+    **Arguments:** `A`, `V` real 2×2 (float32 or float64: the computation runs in their
+    dtype, at least JAX's default float); `beta > 0` scalar; `extra_seeds` complex array of
+    further starting points, shape `(k,)` (continuation passes the previous points);
+    tolerances for Newton (`tol`), the residual `|F(R)|` that accepts a root
+    (`residual_tol`), merging duplicates (`merge_tol`) and the stability test
+    (`stability_tol`). Their defaults depend on the dtype (`FIXED_POINT_TOLERANCES`):
+    1e-12, 1e-9, 1e-6, 1e-7 in float64 and 1e-6, 1e-5, 1e-4, 1e-5 in float32, whose
+    rounding could not reach the float64 ones (every root was rejected).
 
     **Returns:** a `FixedPoints`. A continuum of equilibria (e.g. `A = V = I`, where the
-    whole circle is fixed) is returned as the sample of it that Newton lands on.
+    whole circle is fixed, or a zero field, `V = 0`, where every point is) is returned as
+    the sample of it that Newton lands on (for a zero field: the seeds themselves).
 
     **Raises:** `ValueError` naming the argument when `A` or `V` is not a real 2×2 matrix
-    of finite numbers or `beta` is not a finite scalar.
+    of finite numbers or not float32/float64, `beta` is not a finite scalar > 0 (an
+    inverse temperature, as the other Ott–Antonsen functions require), or `extra_seeds`
+    is not a 1-d array of finite numbers.
     """
+    where = "fixed_points"
     # real, 2×2, finite (a NaN entry would leave Newton no root: "no fixed points")
-    A, V = _check_2x2("fixed_points", A=A, V=V)
-    beta = _check_scalar("fixed_points", "beta", beta)
-    A = jnp.asarray(A)
-    dtype = jnp.result_type(A.dtype, float)
+    A, V = _check_2x2(where, A=A, V=V)
+    beta = _check_scalar(where, "beta", beta, positive=True)
+    dtype = jnp.result_type(A.dtype, V.dtype, float)
+    if dtype not in (jnp.float32, jnp.float64):
+        raise ValueError(f"{where}: A and V must be float32 or float64, got {dtype}.")
+    defaults = FIXED_POINT_TOLERANCES[jnp.dtype(dtype).name]
+    tol, residual_tol, merge_tol, stability_tol = (
+        default if given is None else given
+        for given, default in zip((tol, residual_tol, merge_tol, stability_tol), defaults)
+    )
     A = A.astype(dtype)
     V = jnp.asarray(V, dtype)
     seeds = _seeds(num_radii, num_angles, dtype)
-    if extra_seeds is not None and len(extra_seeds):
+    if extra_seeds is not None:
         ex = np.asarray(extra_seeds)
-        seeds = jnp.concatenate([seeds, jnp.asarray(np.stack([ex.real, ex.imag], -1), dtype)])
-    y, res, ev = _newton_batch(seeds, A, V, jnp.asarray(beta, dtype), tol)
+        if ex.ndim != 1 or ex.dtype.kind not in "iufc" or not np.all(np.isfinite(ex)):
+            raise ValueError(
+                f"{where}: extra_seeds must be a 1-d array of finite (complex) numbers, got "
+                f"shape {ex.shape}, dtype {ex.dtype}."
+            )
+        if len(ex):
+            pts = np.stack([ex.real, ex.imag], -1)
+            seeds = jnp.concatenate([seeds, jnp.asarray(pts, dtype)])
+    y, res, ev = _newton_batch(seeds, A, V, jnp.asarray(beta, dtype), tol, residual_tol)
     y, res, ev = np.asarray(y), np.asarray(res), np.asarray(ev)
     r = np.hypot(y[:, 0], y[:, 1])
-    ok = np.isfinite(res) & (res < residual_tol) & (r <= 1 + 1e-9)
+    # roots beyond the circle by rounding still count; `on_circle` below is read alike
+    slack = 1e-9 if dtype == jnp.float64 else 1e-5
+    ok = np.isfinite(res) & (res <= residual_tol) & (r <= 1 + slack)
     pts, eigs = [], []
     for yi, ei in zip(y[ok], ev[ok]):
         if all(np.hypot(*(yi - p)) > merge_tol for p in pts):
@@ -158,7 +194,7 @@ def fixed_points(
         R=Rs,
         eigenvalues=eigs,
         kind=[_kind(e, stability_tol) for e in eigs],
-        on_circle=np.abs(np.abs(Rs) - 1) < 1e-7,
+        on_circle=np.abs(np.abs(Rs) - 1) < (1e-7 if dtype == jnp.float64 else 1e-5),
     )
 
 
@@ -199,7 +235,16 @@ def _circle_extrema(A, V, beta, num):
 
 
 def circle_extrema(A, V, beta=1.0, *, num: int = 4096):
-    """`(min g, max g)` of the angular speed `g(ψ)` on the circle `|R₂| = 1`."""
+    """`(min g, max g)` of the angular speed `g(ψ)` on the circle `|R₂| = 1`, from a grid
+    of `num` angles polished by Newton on `g' = 0`.
+
+    **Raises:** `ValueError` when `A` or `V` is not a real 2×2 matrix of finite numbers,
+    `beta` is not a finite scalar > 0, or `num < 3`.
+    """
+    A, V = _check_2x2("circle_extrema", A=A, V=V)
+    beta = _check_scalar("circle_extrema", "beta", beta, positive=True)
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 3:
+        raise ValueError(f"circle_extrema: num must be an integer >= 3, got {num!r}.")
     A = jnp.asarray(A)
     dtype = jnp.result_type(A.dtype, float)
     gmin, gmax, _, _ = _circle_extrema(
@@ -224,17 +269,34 @@ def refine_transition(
 ):
     """Bisection on a parameter where a boolean `predicate` changes value.
 
-    **Arguments:** `predicate(p) -> bool`, a bracket `[lo, hi]` with
-    `predicate(lo) != predicate(hi)`, the target width `tol`.
+    **Arguments:** `predicate(p) -> bool`, a bracket of two finite, distinct ends `lo`,
+    `hi` (in either order) with `predicate(lo) != predicate(hi)`, the target width
+    `tol > 0`.
 
-    **Returns:** `(p, (lo, hi), iterations)` with `hi − lo ≤ tol` and `p` the midpoint.
+    **Returns:** `(p, (lo, hi), iterations)` with `lo < hi`, `hi − lo ≤ tol` (unless
+    `max_iter` ran out first) and `p` the midpoint.
 
-    **Raises:** `ValueError` if the bracket does not contain a change.
+    **Raises:** `ValueError` if an end is not a finite number, the ends are equal, `tol`
+    is not a positive number, or the bracket does not contain a change.
     """
+    where = "refine_transition"
+    for name, value in (("lo", lo), ("hi", hi), ("tol", tol)):
+        try:
+            ok = math.isfinite(float(value))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"{where}: {name} must be a finite number, got {value!r}.")
+    lo, hi, tol = float(lo), float(hi), float(tol)
+    if lo == hi:
+        raise ValueError(f"{where}: lo and hi are the same point ({lo}); no bracket.")
+    if not tol > 0:
+        raise ValueError(f"{where}: tol must be > 0, got {tol}.")
+    lo, hi = min(lo, hi), max(lo, hi)
     plo, phi = bool(predicate(lo)), bool(predicate(hi))
     if plo == phi:
         raise ValueError(
-            f"refine_transition: predicate is {plo} at both ends of [{lo}, {hi}]; no bracket."
+            f"{where}: predicate is {plo} at both ends of [{lo}, {hi}]; no bracket."
         )
     it = 0
     while hi - lo > tol and it < max_iter:
