@@ -354,6 +354,48 @@ def test_plga_flow_frozen_G_is_the_fixed_A_flow(getkey):
     assert float(jnp.max(jnp.abs(here(0.0, x) - flow(0.0, x)))) < 1e-15
 
 
+def test_plga_flow_from_layer_checks_heads_and_V_when_built(getkey):
+    layer = _layer(getkey())  # 2 heads, dk = 4
+    x = _mats(getkey(), (5, 4))
+    # NumPy integers are head indices
+    one = jd.PLGAFlow.from_layer(layer, heads=np.int64(1))
+    assert one.heads == 1 and one.generator.heads == (1,)
+    assert jd.PLGAFlow.from_layer(layer, heads=np.array([1, 0])).generator.heads == (1, 0)
+    with pytest.raises(ValueError, match=r"PLGAFlow.from_layer: heads must be distinct; \[0\] "):
+        jd.PLGAFlow.from_layer(layer, heads=(0, 0))
+    for bad in (2, -1, (0, 2)):
+        with pytest.raises(ValueError, match=r"PLGAFlow.from_layer: heads must be in \[0, 2\)"):
+            jd.PLGAFlow.from_layer(layer, heads=bad)
+    with pytest.raises(ValueError, match="PLGAFlow.from_layer: heads selects no head"):
+        jd.PLGAFlow.from_layer(layer, heads=())
+    for bad in (1.0, True, "0", (0, 1.5)):
+        with pytest.raises(TypeError, match="PLGAFlow.from_layer: heads must be a head index"):
+            jd.PLGAFlow.from_layer(layer, heads=bad)
+    # V of the wrong size is refused when built, not when called
+    with pytest.raises(
+        ValueError,
+        match=r"PLGAFlow.from_layer: V must have shape \(dk, dk\) = \(4, 4\) \(every head\) or "
+        r"\(heads, dk, dk\) = \(2, 4, 4\) .* got \(3, 3\)\.",
+    ):
+        jd.PLGAFlow.from_layer(layer, V=jnp.eye(3))
+    with pytest.raises(ValueError, match=r"= \(1, 4, 4\) for the 1 head\(s\) \[1\] .*\(2, 4, 4\)"):
+        jd.PLGAFlow.from_layer(layer, heads=1, V=_mats(getkey(), (2, 4, 4)))
+    # a (dk, dk) V is every head's V: construction and call agree
+    V = _mats(getkey(), (4, 4))
+    shared = jd.PLGAFlow.from_layer(layer, V=V)
+    assert shared.V.shape == (2, 4, 4)
+    each = jd.PLGAFlow.from_layer(layer, V=jnp.stack([V, V]))
+    assert float(jnp.max(jnp.abs(shared(0.0, x) - each(0.0, x)))) == 0.0
+    # one head of a metric learner: its V is (d, d) or (1, d, d) of the learner's d
+    learner = MetricLearner(4, 8, 1, 1, key=getkey(), dtype=jnp.float64)
+    with pytest.raises(
+        ValueError,
+        match=r"PLGAFlow.from_metric_learner: V must have shape \(d, d\) = \(4, 4\) or "
+        r"\(1, d, d\) \(one head\), got \(3, 3\)\.",
+    ):
+        jd.PLGAFlow.from_metric_learner(learner, V=jnp.eye(3))
+
+
 @pytest.mark.slow
 def test_plga_flow_runs_through_simulate(getkey):
     learner = MetricLearner(4, 8, 1, 1, key=getkey(), dtype=jnp.float64)

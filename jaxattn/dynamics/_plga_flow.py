@@ -6,6 +6,7 @@ shared-weight PLGA encoder without RoPE (tokens as their own queries and keys).
 """
 
 import math
+import operator
 from collections.abc import Callable
 from typing import Literal
 
@@ -52,6 +53,54 @@ class _LearnerGenerator(eqx.Module):
     def __call__(self, D):
         one = jnp.ones(D.shape[-1], D.dtype)
         return self.learner(layer_norm(D, one, jnp.zeros_like(one), self.eps))[None]
+
+
+def _head_index(h, heads):
+    """`h` as a Python int (NumPy and 0-d JAX integers included; never a bool).
+
+    **Raises:** `TypeError` naming `heads` for anything else."""
+    if not isinstance(h, (bool, np.bool_)):
+        try:
+            return operator.index(h)
+        except TypeError:
+            pass
+    raise TypeError(
+        f"PLGAFlow.from_layer: heads must be a head index, a sequence of them or None; "
+        f"{h!r} in heads = {heads!r} is not an integer."
+    )
+
+
+def _head_indices(heads, H: int) -> tuple[int, ...]:
+    """The selected heads of a layer of `H` heads: all for `None`, one index, or a sequence
+    of distinct indices in `[0, H)`.
+
+    **Raises:** `TypeError` for a non-integer index, `ValueError` for one out of range or
+    repeated, or no heads."""
+    where = "PLGAFlow.from_layer"
+    if heads is None:
+        return tuple(range(H))
+    if isinstance(heads, (str, bytes)):
+        raise TypeError(
+            f"{where}: heads must be a head index, a sequence of them or None, got {heads!r}."
+        )
+    try:
+        idx = (_head_index(heads, heads),)
+    except TypeError:
+        try:
+            items = list(heads)
+        except TypeError:
+            raise TypeError(
+                f"{where}: heads must be a head index, a sequence of them or None, got {heads!r}."
+            ) from None
+        idx = tuple(_head_index(h, heads) for h in items)
+    if not idx:
+        raise ValueError(f"{where}: heads selects no head; give at least one of [0, {H}).")
+    if any(not 0 <= h < H for h in idx):
+        raise ValueError(f"{where}: heads must be in [0, {H}), got {heads!r}.")
+    twice = sorted({h for h in idx if idx.count(h) > 1})
+    if twice:
+        raise ValueError(f"{where}: heads must be distinct; {twice} given twice in {heads!r}.")
+    return idx
 
 
 class PLGAFlow(eqx.Module):
@@ -158,13 +207,16 @@ class PLGAFlow(eqx.Module):
         normalisation: str = "post_ln",
         dtype=None,
     ) -> "PLGAFlow":
-        """The flow of a PLGA layer's heads (`heads`: one index, a tuple, or `None` for all).
+        """The flow of a PLGA layer's heads (`heads`: one index, a sequence of distinct
+        indices, or `None` for all; NumPy integers count as indices).
 
-        `V` defaults to the identity for every head, `beta` to the layer's `1/√dk`; `dtype`
-        casts the layer's arrays (e.g. `jnp.float64` for checks).
+        `V` is `(heads, dk, dk)`, one per selected head, or `(dk, dk)`, the same for every
+        selected head; it defaults to the identity for every head. `beta` defaults to the
+        layer's `1/√dk`; `dtype` casts the layer's arrays (e.g. `jnp.float64` for checks).
 
-        **Raises:** `ValueError` for an SDPA layer (no metric learner) or a head index out of
-        range.
+        **Raises:** `ValueError` for an SDPA layer (no metric learner), a head index out of
+        range or given twice, no heads, or a `V` of another shape; `TypeError` for a head
+        index that is not an integer.
         """
         if not isinstance(layer, PowerLawGraphAttention):
             raise ValueError(
@@ -177,10 +229,17 @@ class PLGAFlow(eqx.Module):
                 "flow of an SDPA layer is AttentionDynamics(I, V, kernel='sa')."
             )
         H, dk = layer.num_heads, layer.head_dim
-        idx = tuple(range(H)) if heads is None else (heads,) if isinstance(heads, int) else heads
-        idx = tuple(int(h) for h in idx)
-        if not idx or any(not 0 <= h < H for h in idx):
-            raise ValueError(f"PLGAFlow.from_layer: heads must be in [0, {H}), got {heads}.")
+        idx = _head_indices(heads, H)
+        if V is not None:
+            V = jnp.asarray(V)
+            if V.shape == (dk, dk):
+                V = jnp.broadcast_to(V, (len(idx), dk, dk))  # the same V for every head
+            if V.shape != (len(idx), dk, dk):
+                raise ValueError(
+                    f"PLGAFlow.from_layer: V must have shape (dk, dk) = {(dk, dk)} (every head) "
+                    f"or (heads, dk, dk) = {(len(idx), dk, dk)} for the {len(idx)} head(s) "
+                    f"{list(idx)} of a layer with dk = {dk}, got {V.shape}."
+                )
         if dtype is not None:
             layer = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, layer)
         dtype = layer.W.dtype
@@ -206,8 +265,13 @@ class PLGAFlow(eqx.Module):
         normalisation: str = "post_ln",
     ) -> "PLGAFlow":
         """One head whose bilinear form is `Φ(LN(D))` (row LayerNorm without parameters,
-        `eps`, then the learner on each row). `V` defaults to the identity, `beta` to
-        `1/√d`. `learner` is a `MetricLearner` or any row map `(d, d) -> (d, d)` module."""
+        `eps`, then the learner on each row). `V` (`(d, d)` or `(1, d, d)`) defaults to the
+        identity, `beta` to `1/√d`. `learner` is a `MetricLearner` or any row map
+        `(d, d) -> (d, d)` module.
+
+        **Raises:** `ValueError` for a learner that is not a `MetricLearner` without `V`, or
+        a `V` of another shape (one head, of the learner's size `d`).
+        """
         if isinstance(learner, MetricLearner):
             d = learner.w1.shape[-1]
             dtype = learner.w1.dtype
@@ -218,6 +282,11 @@ class PLGAFlow(eqx.Module):
             raise ValueError(
                 "PLGAFlow.from_metric_learner: pass V (its size fixes d) with a learner that "
                 "is not a MetricLearner."
+            )
+        if V is not None and jnp.shape(V) not in ((d, d), (1, d, d)):
+            raise ValueError(
+                f"PLGAFlow.from_metric_learner: V must have shape (d, d) = {(d, d)} or "
+                f"(1, d, d) (one head), got {jnp.shape(V)}."
             )
         V = jnp.eye(d, dtype=dtype) if V is None else V
         beta = 1 / math.sqrt(d) if beta is None else beta

@@ -75,9 +75,10 @@ class Family:
     - `name`, `description`: what it is (the description names every parameter).
     - `params`: the parameters and their defaults, in order.
     - `build(**params) -> (A, V, beta)`: the member at those parameter values.
-    - `predict(A, V, beta) -> codes`: the stated theory's regime codes (−1: no claim) for
-      stacked members `(batch, d, d)`, `(batch, d, d)`, `(batch,)`, or `None` when the
-      family has no stated theory.
+    - `predict(A, V, beta) -> codes`: the stated theory's regime codes (−1: no claim;
+      `0 .. len(REGIME_NAMES) - 1`: the regimes), shape `(batch,)`, for stacked members
+      `(batch, d, d)`, `(batch, d, d)`, `(batch,)`, or `None` when the family has no stated
+      theory (a family whose `build` returns a flow module has none).
     """
 
     name: str
@@ -666,12 +667,30 @@ def _check_axes(axes: tuple) -> None:
             raise ValueError(f"axis {name!r} is not strictly increasing")
 
 
-def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-cell fractions of a `cells + (K,)` array of sweep regime codes.
+def basin_fractions(regime) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-cell fractions of a `cells + (K,)` array of sweep regime codes (`K >= 1` inits
+    per cell; any array-like).
 
     **Returns:** `(fractions, failed_fraction, dominant, multistable)` as in `RegimeMap`.
+
+    **Raises:** `TypeError` for codes that are not numbers; `ValueError` for a 0-d
+    `regime` (no inits axis), `K = 0`, or a code that is not a whole number in
+    `NOT_RUN .. len(REGIME_NAMES) - 1` (`REGIMES` codes, `FAILED`, `NOT_RUN`).
     """
+    where = "basin_fractions"
+    regime = np.asarray(regime)
+    if regime.ndim == 0:
+        raise ValueError(
+            f"{where}: regime must have shape cells + (K,) (its last axis the K inits of a "
+            f"cell), got a 0-d array {regime.item()!r}."
+        )
     K = regime.shape[-1]
+    if K == 0:
+        raise ValueError(
+            f"{where}: regime has shape {regime.shape}: no inits per cell (K = 0); each cell "
+            "needs K >= 1 regime codes."
+        )
+    regime = _whole_codes(where, "the regime codes", regime, NOT_RUN, "FAILED, -2: NOT_RUN")
     fractions = np.stack([np.mean(regime == i, axis=-1) for i in range(len(REGIME_NAMES))], -1)
     failed_fraction = np.mean((regime == FAILED) | (regime == NOT_RUN), axis=-1)
     dominant = np.where(failed_fraction >= 1, -1, np.argmax(fractions, axis=-1))
@@ -680,15 +699,51 @@ def basin_fractions(regime: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return fractions, failed_fraction, dominant, multistable
 
 
-def _predict_at(build, predict, base, points):
+def _whole_codes(where: str, what: str, codes: np.ndarray, lowest: int, below: str) -> np.ndarray:
+    """`codes` as integers, checked to be whole numbers in `lowest .. len(REGIME_NAMES) - 1`
+    (`below` names the meaning of the codes below 0).
+
+    **Raises:** `TypeError` for codes that are not real numbers, `ValueError` naming `what`
+    for others (fractions, NaN, out of range)."""
+    if codes.dtype.kind not in "iuf":
+        raise TypeError(f"{where}: {what} must be integer regime codes, got {codes.dtype}.")
+    top = len(REGIME_NAMES) - 1
+    with np.errstate(invalid="ignore"):
+        bad = ~((codes >= lowest) & (codes <= top) & (codes == np.round(codes)))
+    if np.any(bad):
+        shown = np.unique(codes[bad])[:5].tolist()
+        raise ValueError(
+            f"{where}: {what} must be whole numbers in {lowest}..{top} "
+            f"(0..{top}: the regimes {list(REGIME_NAMES)}; -1: {below}), got {shown}."
+        )
+    return codes.astype(np.int64)
+
+
+def _predict_at(where, name, build, predict, base, points):
+    """The family's `predict` codes at `points`, one per point.
+
+    **Raises:** `ValueError` naming the family when `predict` does not return one whole
+    code in `-1 .. len(REGIME_NAMES) - 1` per point."""
     built = [build(**{**base, **p}) for p in points]
+    if not all(isinstance(b, tuple) and len(b) == 3 for b in built):
+        raise ValueError(
+            f"{where}: family {name!r} has a predict (A, V, beta) -> codes, but does not return "
+            "(A, V, beta) at every point; a family of flow modules has no predict."
+        )
     A = np.stack([np.asarray(b[0], float) for b in built])
     V = np.stack([np.asarray(b[1], float) for b in built])
     beta = np.array([float(b[2]) for b in built])
-    return np.asarray(predict(A, V, beta))
+    codes = np.asarray(predict(A, V, beta))
+    if codes.shape != (len(points),):
+        raise ValueError(
+            f"{where}: the predict of family {name!r} returned shape {codes.shape} for "
+            f"{len(points)} members; expected ({len(points)},), one regime code per member."
+        )
+    what = f"the codes returned by the predict of family {name!r}"
+    return _whole_codes(where, what, codes, -1, "no claim")
 
 
-def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
+def _boundaries(where, name, build, predict, axes, fixed, resolution=161) -> list[dict]:
     """The stated theory's boundaries in axis coordinates, from its predictions on a fine
     grid: contour lines between predicted regions (2-D) or the crossing points (1-D).
     Clusters at rest and rotating clusters count as one (clustering) region; claim-free
@@ -703,7 +758,7 @@ def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     ]
     if len(axes) == 1:
         gx = np.linspace(*span[0], 4 * resolution + 1)
-        code = _predict_at(build, predict, fixed, [{names[0]: float(x)} for x in gx])
+        code = _predict_at(where, name, build, predict, fixed, [{names[0]: float(x)} for x in gx])
         code = np.where(code == _ROTATING, _CLUSTERING, code)
         keep = code >= 0
         gx, code = gx[keep], code[keep]
@@ -716,7 +771,7 @@ def _boundaries(build, predict, axes, fixed, resolution=161) -> list[dict]:
     gx = np.linspace(*span[0], resolution)
     gy = np.linspace(*span[1], resolution - 2)
     pts = [{names[0]: float(x), names[1]: float(y)} for y in gy for x in gx]
-    code = _predict_at(build, predict, fixed, pts).reshape(gy.size, gx.size)
+    code = _predict_at(where, name, build, predict, fixed, pts).reshape(gy.size, gx.size)
     code = np.where(code == _ROTATING, _CLUSTERING, code)
     steps = np.array([np.ptp(gx) / (gx.size - 1), np.ptp(gy) / (gy.size - 1)])
     values = np.unique(code)
@@ -806,7 +861,9 @@ def regime_map(
     **Raises:** `ValueError` naming the problem: an unknown family or parameter, bad
     axes, a `seed` outside `[0, largest_base_seed(inits)]` (the members' seeds must be
     sweep seeds, in [0, 2**32)), a family returning something other than `(A, V, beta)` or
-    a flow module, and every error of `sweep`.
+    a flow module, a `Family` whose `predict` does not return one whole code in
+    `-1 .. len(REGIME_NAMES) - 1` per member (or has a `predict` but builds flow modules;
+    checked before the sweep runs), and every error of `sweep`.
 
     Source: the regimes of Li et al. (2026); basin fractions as in the multistability
     literature (fraction of initial conditions attracted to each regime).
@@ -881,13 +938,16 @@ def regime_map(
         raise ValueError(
             f"{where}: family {name!r} must return (A, V, beta) or a flow module, got {got}."
         )
+    # The stated theory's claims and boundaries come first: a predict that returns the
+    # wrong shape or codes is refused before the sweep runs, never after it.
+    predicted = None
+    if predict is not None:
+        predicted = _predict_at(where, name, build, predict, base, points).reshape(cells)
+    boundaries = _boundaries(where, name, build, predict, axes, base)
     res = sweep(members, integration=integration, judge=judge, runner=runner)
     regime = res.regime.reshape(cells + (inits,))
     failed = res.failed.reshape(cells + (inits,))
     fractions, failed_fraction, dominant, multistable = basin_fractions(regime)
-    predicted = None
-    if predict is not None:
-        predicted = _predict_at(build, predict, base, points).reshape(cells)
     out = RegimeMap(
         family=name,
         method=method,
@@ -902,7 +962,7 @@ def regime_map(
         dominant=dominant,
         multistable=multistable,
         predicted=predicted,
-        boundaries=_boundaries(build, predict, axes, base),
+        boundaries=boundaries,
         seconds=time.perf_counter() - t_start,
         sweep=res,
     )

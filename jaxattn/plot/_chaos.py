@@ -32,7 +32,10 @@ def plot_chaos(section: dict, path=None):
 
     **Returns:** the matplotlib `Figure`.
 
-    **Raises:** `ValueError` if a key is missing or `theta` does not have 3 columns.
+    **Raises:** `ValueError` if a key is missing or an array does not have its shape:
+    `theta` `(times, 3)` and `ts` `(times,)`; `poincare` `(m, 2)` (or empty); `history`
+    `(num_renorm, k)` and `times` `(num_renorm,)`; `exponents` and `uncertainty` `(K, k)`
+    or `(k,)`, `K >= 1`, with the `k` of `history`.
     """
     import matplotlib.pyplot as plt
 
@@ -44,11 +47,36 @@ def plot_chaos(section: dict, path=None):
     if theta.ndim != 2 or theta.shape[1] != 3:
         raise ValueError(f"plot_chaos: theta must have shape (times, 3), got {theta.shape}.")
     ts = np.asarray(section["ts"], np.float64)
-    pts = np.asarray(section["poincare"], np.float64).reshape(-1, 2)
-    times = np.asarray(section["times"], np.float64)
+    if ts.shape != theta.shape[:1]:
+        raise ValueError(
+            f"plot_chaos: ts must have shape (times,) = {theta.shape[:1]}, one time per row of "
+            f"theta, got {ts.shape}."
+        )
+    pts = np.asarray(section["poincare"], np.float64)
+    if pts.size == 0:
+        pts = pts.reshape(0, 2)  # no crossings
+    if pts.ndim != 2 or pts.shape[1] != 2:
+        raise ValueError(f"plot_chaos: poincare must have shape (m, 2), got {pts.shape}.")
     hist = np.asarray(section["history"], np.float64)
-    lam = np.atleast_2d(np.asarray(section["exponents"], np.float64))[0]
-    sig = np.atleast_2d(np.asarray(section["uncertainty"], np.float64))[0]
+    if hist.ndim != 2:
+        raise ValueError(f"plot_chaos: history must have shape (num_renorm, k), got {hist.shape}.")
+    times = np.asarray(section["times"], np.float64)
+    if times.shape != hist.shape[:1]:
+        raise ValueError(
+            f"plot_chaos: times must have shape (num_renorm,) = {hist.shape[:1]}, one time per "
+            f"row of history, got {times.shape}."
+        )
+    k = hist.shape[1]
+    rows = {}
+    for key in ("exponents", "uncertainty"):
+        a = np.asarray(section[key], np.float64)
+        if a.ndim not in (1, 2) or a.shape[-1] != k or a.size == 0:
+            raise ValueError(
+                f"plot_chaos: {key} must have shape (K, k) or (k,) with K >= 1 and the k = {k} "
+                f"exponents of history, got {a.shape}."
+            )
+        rows[key] = np.atleast_2d(a)[0]
+    lam, sig = rows["exponents"], rows["uncertainty"]
 
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 4.6), constrained_layout=True)
     two_pi = 2 * np.pi

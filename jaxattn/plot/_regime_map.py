@@ -20,6 +20,7 @@ matplotlib is imported when a figure is drawn; the backend is never changed here
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -90,6 +91,59 @@ def _agrees(measured: int, predicted: int, names) -> bool:
     return measured == predicted
 
 
+def _check_codes(what: str, codes: np.ndarray, names, below: str) -> np.ndarray:
+    """`codes` (a field of a map) as ints, checked to be whole numbers in `-1 ..
+    len(names) - 1` (`below` says what −1 means).
+
+    **Raises:** `TypeError` for values that are not numbers, `ValueError` naming `what`
+    for others."""
+    codes = np.asarray(codes)
+    top = len(names) - 1
+    if codes.dtype.kind not in "iuf":
+        raise TypeError(
+            f"plot_regime_map: {what} must hold integer regime codes, got {codes.dtype}."
+        )
+    with np.errstate(invalid="ignore"):
+        bad = ~((codes >= -1) & (codes <= top) & (codes == np.round(codes)))
+    if np.any(bad):
+        raise ValueError(
+            f"plot_regime_map: {what} holds codes outside -1..{top} (0..{top}: the regimes "
+            f"{list(names)}; -1: {below}): {np.unique(codes[bad])[:5].tolist()}."
+        )
+    return codes.astype(int)
+
+
+def _check_boundaries(boundaries) -> list:
+    """The map's theory boundaries, each a dict with `x` (and `y`: `None` or a polyline of
+    the length of `x`).
+
+    **Raises:** `ValueError` naming the boundary that is not one."""
+    out = list(boundaries)
+    for i, b in enumerate(out):
+        if not isinstance(b, Mapping) or "x" not in b:
+            got = f"a dict with keys {sorted(map(str, b))}" if isinstance(b, Mapping) else repr(b)
+            raise ValueError(
+                f"plot_regime_map: boundaries[{i}] must be a dict(label, x, y) with the "
+                f"boundary's x (and y, or None), got {got:.120}."
+            )
+        x = np.asarray(b["x"])
+        y = b.get("y")
+        if x.dtype.kind not in "iuf" or (y is not None and x.ndim != 1):
+            raise ValueError(
+                f"plot_regime_map: boundaries[{i}]['x'] must be real numbers"
+                + (", a 1-D polyline" if y is not None else "")
+                + f", got {x.dtype} of shape {x.shape}."
+            )
+        if y is not None:
+            y = np.asarray(y)
+            if y.dtype.kind not in "iuf" or y.shape != x.shape:
+                raise ValueError(
+                    f"plot_regime_map: boundaries[{i}]['y'] must be None or real numbers of the "
+                    f"shape of its x {x.shape}, got {y.dtype} of shape {y.shape}."
+                )
+    return out
+
+
 @dataclasses.dataclass
 class _Cells:
     """A map reduced to what is drawn; arrays are cells_shape = (nx,) or (nx, ny)."""
@@ -119,7 +173,7 @@ def _as_cells(m) -> _Cells:
             f"plot_regime_map: fractions has shape {fr.shape}, expected {shape + (len(names),)} "
             f"(cells × the {len(names)} regimes of REGIMES)."
         )
-    dom = np.asarray(m.dominant).astype(int)
+    dom = _check_codes("dominant", m.dominant, names, "every init failed")
     failed_frac = np.asarray(m.failed_fraction, dtype=np.float64)
     multi = np.asarray(m.multistable, dtype=bool)
     for name, arr in (("dominant", dom), ("failed_fraction", failed_frac), ("multistable", multi)):
@@ -128,11 +182,12 @@ def _as_cells(m) -> _Cells:
     pred = getattr(m, "predicted", None)
     disagree, claimed = None, 0
     if pred is not None:
-        pred = np.asarray(pred).astype(int)
+        pred = np.asarray(pred)
         if pred.shape != shape:
             raise ValueError(
                 f"plot_regime_map: predicted has shape {pred.shape}, expected {shape}."
             )
+        pred = _check_codes("predicted", pred, names, "no claim")
         claimed = int(np.sum(pred >= 0))
         own = getattr(m, "disagreements", None)
         if callable(own):  # RegimeMap.disagreements(): the map's own rule
@@ -164,7 +219,7 @@ def _as_cells(m) -> _Cells:
         inits=int(getattr(m, "inits", 1)),
         disagree=disagree,
         claimed=claimed,
-        boundaries=list(getattr(m, "boundaries", None) or []),
+        boundaries=_check_boundaries(getattr(m, "boundaries", None) or []),
         title=title,
     )
 
@@ -399,7 +454,10 @@ def plot_regime_map(
 
     **Returns:** the matplotlib axes.
 
-    **Raises:** `ValueError` when the fields' shapes do not match the axes.
+    **Raises:** `ValueError` when the fields' shapes do not match the axes, `dominant` or
+    `predicted` holds a code outside `-1 .. len(REGIMES) - 1`, or a boundary is not a
+    `dict(label, x, y)` (`x` missing, or `y` not of the shape of `x`); `TypeError` when
+    `dominant` or `predicted` is not an array of numbers.
     """
     plt = _plt()
     cells = _as_cells(regime_map)

@@ -29,6 +29,61 @@ def _pyplot():
 _PROJ_NOTE = "\nR₂ of the tokens projected on their top-2 principal plane"
 
 
+def _real(where: str, what: str, a) -> np.ndarray:
+    """`a` as a float64 array.
+
+    **Raises:** `ValueError` naming `what` for complex values, `TypeError` for values that are
+    not numbers."""
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        raise ValueError(f"{where}: {what} must be real, got complex values ({a.dtype}).")
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{where}: {what} must be an array of real numbers, got {a.dtype}.")
+    return a.astype(np.float64)
+
+
+def _tokens(where: str, xs, *, times: bool = True) -> np.ndarray:
+    """Tokens `(times, n, d)` with `n >= 1`, `d >= 2` (and `times >= 1` unless `times` is
+    False), as float64.
+
+    **Raises:** `ValueError` naming `xs` for any other shape or complex values; `TypeError`
+    for values that are not numbers."""
+    xs = _real(where, "xs", xs)
+    if xs.ndim != 3 or xs.shape[1] == 0 or xs.shape[2] < 2 or (times and xs.shape[0] == 0):
+        raise ValueError(
+            f"{where}: xs must have shape (times, n, d) with "
+            + ("times >= 1, " if times else "")
+            + f"n >= 1 tokens and d >= 2, got {xs.shape}."
+        )
+    return xs
+
+
+def _times(where: str, ts, count: int, of: str) -> np.ndarray:
+    """Save times `(count,)`, one per save of `of`, as float64.
+
+    **Raises:** `ValueError` naming `ts` for another shape or complex values."""
+    ts = _real(where, "ts", ts)
+    if ts.shape != (count,):
+        raise ValueError(
+            f"{where}: ts must have shape (times,) = ({count},), one time per save of {of}, "
+            f"got {ts.shape}."
+        )
+    return ts
+
+
+def _series(where: str, R2) -> np.ndarray:
+    """`R₂` as a non-empty 1-D array of numbers.
+
+    **Raises:** `ValueError` naming `R2` for another shape, `TypeError` for values that are
+    not numbers."""
+    R2 = np.asarray(R2)
+    if R2.dtype.kind not in "biufc":
+        raise TypeError(f"{where}: R2 must be an array of numbers, got {R2.dtype}.")
+    if R2.ndim != 1 or R2.size == 0:
+        raise ValueError(f"{where}: R2 must have shape (times,) with times >= 1, got {R2.shape}.")
+    return R2
+
+
 def pca_plane(xs) -> np.ndarray:
     """The top two principal axes of all tokens at all save times, shape `(d, 2)`.
 
@@ -55,8 +110,11 @@ def order_parameter_series(xs) -> np.ndarray:
     **Arguments:** `xs` tokens of shape `(times, n, d)`.
 
     **Returns:** complex array of shape `(times,)`.
+
+    **Raises:** `ValueError` unless `xs` is a real array of shape `(times, n, d)` with
+    `n >= 1` and `d >= 2`.
     """
-    xs = np.asarray(xs, dtype=np.float64)
+    xs = _tokens("order_parameter_series", xs, times=False)
     P = xs @ pca_plane(xs)
     theta = np.arctan2(P[..., 1], P[..., 0])
     return np.mean(np.exp(2j * theta), axis=-1)
@@ -71,14 +129,19 @@ def plot_tokens(ts, xs, *, ax=None, title=None, max_tokens: int = 64):
     - d > 2: the tokens projected on the top-two principal plane (`pca_plane`), each path
       coloured by time (colour bar), final positions circled, with the unit circle.
 
+    A single save time is drawn as points (d = 2) at that time.
+
     **Arguments:** `ts` shape `(times,)`; `xs` shape `(times, n, d)`; `ax` an optional
     matplotlib axes; `max_tokens` the most token paths drawn.
 
     **Returns:** the matplotlib axes.
+
+    **Raises:** `ValueError` unless `xs` is a real array of shape `(times, n, d)` with
+    `times, n >= 1` and `d >= 2` and `ts` a real array of shape `(times,)`.
     """
+    xs = _tokens("plot_tokens", xs)
+    ts = _times("plot_tokens", ts, xs.shape[0], "xs")
     plt = _pyplot()
-    ts = np.asarray(ts, dtype=np.float64)
-    xs = np.asarray(xs, dtype=np.float64)
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.5), layout="constrained")
     fig = ax.figure
@@ -95,7 +158,10 @@ def plot_tokens(ts, xs, *, ax=None, title=None, max_tokens: int = 64):
         lc = LineCollection(segs, cmap="twilight", norm=Normalize(0, 2 * np.pi), lw=0.8)
         lc.set_array(theta0)
         ax.add_collection(lc)
-        ax.set_xlim(ts[0], ts[-1])
+        if len(ts) == 1:  # no path to draw: the tokens at that time, as points
+            ax.scatter(np.repeat(ts, len(keep)), theta[0], c=theta0, cmap=lc.cmap, norm=lc.norm)
+        lo, hi = ts[0], ts[-1]
+        ax.set_xlim((lo - 0.5, hi + 0.5) if lo == hi else (lo, hi))
         finite = theta[np.isfinite(theta)]
         lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 2 * np.pi)
         pad = 0.05 * max(hi - lo, 1e-3)
@@ -137,10 +203,13 @@ def plot_order_parameter(ts, R2, *, axes=None, title=None, projected: bool = Fal
     which the labels then state.
 
     **Returns:** the two matplotlib axes.
+
+    **Raises:** `ValueError` unless `R2` has shape `(times,)`, `times >= 1`, and `ts` is a
+    real array of the same shape.
     """
+    R2 = _series("plot_order_parameter", R2)
+    ts = _times("plot_order_parameter", ts, R2.size, "R2")
     plt = _pyplot()
-    ts = np.asarray(ts, dtype=np.float64)
-    R2 = np.asarray(R2)
     if axes is None:
         _, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True, layout="constrained")
     axes[0].plot(ts, np.abs(R2), color="C0")
@@ -164,9 +233,14 @@ def plot_order_parameter_plane(R2, *, ts=None, ax=None, title=None, projected: b
     `R₂` of the tokens projected on their top-2 principal plane, stated in the title).
 
     **Returns:** the matplotlib axes.
+
+    **Raises:** `ValueError` unless `R2` has shape `(times,)`, `times >= 1`, and `ts` (when
+    given) is a real array of the same shape.
     """
+    R2 = _series("plot_order_parameter_plane", R2)
+    if ts is not None:
+        ts = _times("plot_order_parameter_plane", ts, R2.size, "R2")
     plt = _pyplot()
-    R2 = np.asarray(R2)
     if ax is None:
         _, ax = plt.subplots(figsize=(5.6, 5), layout="constrained")
     fig = ax.figure
@@ -177,7 +251,7 @@ def plot_order_parameter_plane(R2, *, ts=None, ax=None, title=None, projected: b
 
         pts = np.column_stack([R2.real, R2.imag])
         lc = LineCollection(np.stack([pts[:-1], pts[1:]], 1), cmap="viridis", lw=1.0)
-        lc.set_array(np.asarray(ts, dtype=np.float64)[:-1])
+        lc.set_array(ts[:-1])
         ax.add_collection(lc)
         cb = fig.colorbar(lc, ax=ax, pad=0.02, shrink=0.85)
         cb.set_label("t")
@@ -217,29 +291,49 @@ def save_trajectory_figures(ts, xs, out_dir, *, title=None, dpi=110) -> list[Pat
     (created if missing); `title` a suffix for the figure titles.
 
     **Returns:** the paths written.
+
+    **Raises:** `ValueError` as `plot_tokens` does, before any figure is made or folder
+    created (no figure is left open when drawing or writing one fails).
     """
+    where = "save_trajectory_figures"
+    xs = _tokens(where, xs)
+    ts = _times(where, ts, xs.shape[0], "xs")
     plt = _pyplot()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     R2 = order_parameter_series(xs)
     suffix = f" — {title}" if title else ""
-    projected = np.asarray(xs).shape[-1] > 2
+    projected = xs.shape[-1] > 2
     paths = []
-    fig, ax = plt.subplots(figsize=(6.6, 4.6), layout="constrained")
-    plot_tokens(ts, xs, ax=ax, title=f"tokens{suffix}")
-    paths.append(out / "tokens.png")
-    fig.savefig(paths[-1], dpi=dpi)
-    plt.close(fig)
-    fig, axes = plt.subplots(2, 1, figsize=(6, 5), sharex=True, layout="constrained")
-    plot_order_parameter(ts, R2, axes=axes, title=f"order parameter{suffix}", projected=projected)
-    paths.append(out / "order_parameter.png")
-    fig.savefig(paths[-1], dpi=dpi)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5.8, 5.4), layout="constrained")
-    plot_order_parameter_plane(
-        R2, ts=ts, ax=ax, title=rf"$R_2$ in the plane{suffix}", projected=projected
+
+    def draw(name, draw_on, **subplots):
+        fig, ax = plt.subplots(layout="constrained", **subplots)
+        try:
+            draw_on(ax)
+            paths.append(out / name)
+            fig.savefig(paths[-1], dpi=dpi)
+        finally:
+            plt.close(fig)
+
+    draw(
+        "tokens.png",
+        lambda ax: plot_tokens(ts, xs, ax=ax, title=f"tokens{suffix}"),
+        figsize=(6.6, 4.6),
     )
-    paths.append(out / "order_parameter_plane.png")
-    fig.savefig(paths[-1], dpi=dpi)
-    plt.close(fig)
+    draw(
+        "order_parameter.png",
+        lambda axes: plot_order_parameter(
+            ts, R2, axes=axes, title=f"order parameter{suffix}", projected=projected
+        ),
+        nrows=2,
+        figsize=(6, 5),
+        sharex=True,
+    )
+    draw(
+        "order_parameter_plane.png",
+        lambda ax: plot_order_parameter_plane(
+            R2, ts=ts, ax=ax, title=rf"$R_2$ in the plane{suffix}", projected=projected
+        ),
+        figsize=(5.8, 5.4),
+    )
     return paths
