@@ -295,9 +295,7 @@ def refine_transition(
     lo, hi = min(lo, hi), max(lo, hi)
     plo, phi = bool(predicate(lo)), bool(predicate(hi))
     if plo == phi:
-        raise ValueError(
-            f"{where}: predicate is {plo} at both ends of [{lo}, {hi}]; no bracket."
-        )
+        raise ValueError(f"{where}: predicate is {plo} at both ends of [{lo}, {hi}]; no bracket.")
     it = 0
     while hi - lo > tol and it < max_iter:
         mid = 0.5 * (lo + hi)
