@@ -176,6 +176,14 @@ def test_multihead_bad_shapes():
         jd.MultiHeadDynamics(jnp.zeros((2, 3, 3)), jnp.zeros((2, 3, 3)), W_o=jnp.eye(2))
     with pytest.raises(ValueError, match="normalisation must be one of"):
         jd.AttentionDynamics(jnp.eye(2), jnp.eye(2), normalisation="peri")
+    # values AttentionDynamics refuses are refused here too (complex A gave complex velocities)
+    Z = jnp.zeros((2, 3, 3))
+    with pytest.raises(ValueError, match="MultiHeadDynamics: A must hold real numbers"):
+        jd.MultiHeadDynamics(Z + 0j, Z)
+    with pytest.raises(ValueError, match="MultiHeadDynamics: V has non-finite entries"):
+        jd.MultiHeadDynamics(Z, Z.at[0, 0, 0].set(jnp.nan))
+    with pytest.raises(ValueError, match="MultiHeadDynamics: W_o has non-finite entries"):
+        jd.MultiHeadDynamics(Z, Z, W_o=jnp.full((3, 3), jnp.inf))
 
 
 # ------------------------------------------------------------------------ causal masking

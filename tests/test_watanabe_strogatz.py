@@ -1,5 +1,7 @@
 """The Watanabe–Strogatz reduction against particle solutions, and its invariants."""
 
+import warnings
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -84,6 +86,16 @@ def test_cross_ratio_invariance_and_degenerate_points(getkey):
     assert complex(cross_ratio(a, b, a, c3)) == 0  # z1 = z3: a regular zero
     g = jax.grad(lambda s: jnp.real(cross_ratio(jnp.exp(1j * s), b, c3, jnp.exp(0.1j))))(0.1)
     assert bool(jnp.isfinite(g))
+    # Real points are points of the plane: complex results, no casting warning; an
+    # undefined quadruple is nan + nan·i as documented.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert complex(cross_ratio(0, 1, 2, 3)) == (0 - 2) * (1 - 3) / ((0 - 3) * (1 - 2))
+        assert bool(jnp.isinf(jnp.real(cross_ratio(0.0, 1.0, 2.0, 0.0))))
+        undefined = complex(cross_ratio(0.0, 0.0, 0.0, 0.0))
+    assert np.isnan(undefined.real) and np.isnan(undefined.imag)
+    with pytest.raises(ValueError, match=r"must broadcast together, got shapes \(2,\), \(3,\)"):
+        cross_ratio(jnp.zeros(2), jnp.zeros(3), 0.0, 1.0)
 
 
 def test_constants_gauge_and_round_trip(getkey):

@@ -24,6 +24,7 @@ from ._solve import RESULTS, save_times, step_statistics
 from ._vector_field import (
     KERNELS,
     NORMALISATIONS,
+    _asarray_warn_cast,
     _is_concrete,
     attention_drive,
     check_causal,
@@ -92,7 +93,8 @@ class MultiHeadDynamics(eqx.Module):
     the heads' rates (`kernel_rate`) times `‖W_o‖₂`; 1 for nGPT.
 
     **Raises:** `ValueError` for wrong shapes (naming the argument and the shape), `d < 2`,
-    an unknown kernel or normalisation, non-finite or non-positive concrete `beta`.
+    an unknown kernel or normalisation, non-real `A`, `V`, `W_o`, `beta` or `score_shift`
+    (complex, strings), non-finite concrete entries, or a non-positive concrete `beta`.
 
     Source: multi-head flows as in Karagodin, Ge, Polyanskiy, Rigollet, arXiv 2510.22026
     (Sec. 2, the attention output summed over heads); single head: Geshkovski et al.,
@@ -121,8 +123,16 @@ class MultiHeadDynamics(eqx.Module):
         score_shift=0.0,
     ):
         where = "MultiHeadDynamics"
-        A = jnp.asarray(A)
-        V = jnp.asarray(V)
+        # real arrays (complex, strings refused by name), as AttentionDynamics takes them
+        A = _asarray_warn_cast(where, "A", A)
+        V = _asarray_warn_cast(where, "V", V)
+        beta = _asarray_warn_cast(where, "beta", beta)
+        score_shift = _asarray_warn_cast(where, "score_shift", score_shift)
+        if W_o is not None:
+            W_o = _asarray_warn_cast(where, "W_o", W_o)
+        for name, m in (("A", A), ("V", V), ("W_o", W_o), ("score_shift", score_shift)):
+            if m is not None and _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
+                raise ValueError(f"{where}: {name} has non-finite entries (NaN or inf).")
         dtype = jnp.result_type(A, V, float)
         if A.ndim != 3 or A.shape[1] != A.shape[2] or A.shape[1] < 2 or A.shape[0] < 1:
             raise ValueError(

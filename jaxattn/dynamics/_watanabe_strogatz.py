@@ -73,19 +73,34 @@ def cross_ratio(z1, z2, z3, z4):
     undefined and `nan + nanj` is returned. No NaN or inf is produced anywhere else, and
     gradients are finite (zero) at the degenerate points.
 
-    **Arguments:** `z1`, `z2`, `z3`, `z4` complex arrays (broadcast together).
+    **Arguments:** `z1`, `z2`, `z3`, `z4` complex (or real) arrays, broadcast together.
 
-    **Returns:** the complex cross-ratio, the broadcast shape.
+    **Returns:** the complex cross-ratio (complex64 for float32/complex64 inputs, else
+    JAX's default complex), the broadcast shape.
+
+    **Raises:** `ValueError` when the shapes do not broadcast together.
 
     Source: Marvel, Mirollo & Strogatz, Chaos 19, 043104 (2009), §III; Watanabe & Strogatz,
     Physica D 74, 197 (1994).
     """
-    z1, z2, z3, z4 = (jnp.asarray(z) for z in (z1, z2, z3, z4))
+    zs = [jnp.asarray(z) for z in (z1, z2, z3, z4)]
+    try:
+        jnp.broadcast_shapes(*(z.shape for z in zs))
+    except ValueError:
+        raise ValueError(
+            "cross_ratio: z1, z2, z3, z4 must broadcast together, got shapes "
+            f"{', '.join(str(z.shape) for z in zs)}."
+        ) from None
+    # Real points are points of the complex plane: computed in complex (the degenerate
+    # values below are complex, and casting them to a real dtype is refused by JAX).
+    dtype = jnp.result_type(*zs, complex)
+    z1, z2, z3, z4 = (z.astype(dtype) for z in zs)
     num = (z1 - z3) * (z2 - z4)
     den = (z1 - z4) * (z2 - z3)
     zero_den = den == 0
     safe = num / jnp.where(zero_den, 1, den)
-    degenerate = jnp.where(num == 0, jnp.nan + 0j, jnp.inf + 0j).astype(safe.dtype)
+    nan = jnp.asarray(complex(np.nan, np.nan), dtype)
+    degenerate = jnp.where(num == 0, nan, jnp.asarray(complex(np.inf, 0.0), dtype))
     return jnp.where(zero_den, degenerate, safe)
 
 
