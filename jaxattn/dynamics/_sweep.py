@@ -637,7 +637,8 @@ ACCELERATOR_BLOCK = 8192
 # 512 random pairs, d = 2, n = 256, 2026-12-07 (experiments/bench_compaction.py, default
 # XLA runtime): particles 386 -> 588 members/s in physical time and 555 -> 806 in natural
 # time (a member's step 15.7 -> 9.1 µs), with the same regimes and steps and R2 to 1e-9;
-# Ott–Antonsen lockstep 1.7x, Watanabe–Strogatz 1.15x. Before (2026-12-03) the stages ran
+# Ott–Antonsen lockstep 1.4-1.55x, Watanabe–Strogatz 1.1x (same regimes; a few members'
+# steps differ by rounding: docs/how-to/sweep-gpu.md). Before (2026-12-03) the stages ran
 # in a plain `lax` loop instead of diffrax's checkpointed one (1.13x, bitwise the same).
 SWEEP_SOLVER = UnrolledTsit5()
 # Ott–Antonsen and Watanabe–Strogatz members in a pool stepped in segments save their state
