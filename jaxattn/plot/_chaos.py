@@ -14,6 +14,17 @@ _TOKEN_COLOURS = ("#1b9e77", "#d95f02", "#7570b3")
 _EXPONENT_COLOURS = ("#d7191c", "#404040", "#2b83ba", "#fdae61")
 
 
+def _one_time_per_row(section, key, rows_name, of, of_name):
+    """`section[key]` as float64 times, checked to hold one time per row of `of`."""
+    t = np.asarray(section[key], np.float64)
+    if t.shape != of.shape[:1]:
+        raise ValueError(
+            f"plot_chaos: {key} must have shape ({rows_name},) = {of.shape[:1]}, one time per "
+            f"row of {of_name}, got {t.shape}."
+        )
+    return t
+
+
 def plot_chaos(section: dict, path=None):
     r"""Three panels for a chaos section (as returned by
     `jaxattn.dynamics.chaos_section`):
@@ -46,12 +57,7 @@ def plot_chaos(section: dict, path=None):
     theta = np.asarray(section["theta"], np.float64)
     if theta.ndim != 2 or theta.shape[1] != 3:
         raise ValueError(f"plot_chaos: theta must have shape (times, 3), got {theta.shape}.")
-    ts = np.asarray(section["ts"], np.float64)
-    if ts.shape != theta.shape[:1]:
-        raise ValueError(
-            f"plot_chaos: ts must have shape (times,) = {theta.shape[:1]}, one time per row of "
-            f"theta, got {ts.shape}."
-        )
+    ts = _one_time_per_row(section, "ts", "times", theta, "theta")
     pts = np.asarray(section["poincare"], np.float64)
     if pts.size == 0:
         pts = pts.reshape(0, 2)  # no crossings
@@ -60,12 +66,7 @@ def plot_chaos(section: dict, path=None):
     hist = np.asarray(section["history"], np.float64)
     if hist.ndim != 2:
         raise ValueError(f"plot_chaos: history must have shape (num_renorm, k), got {hist.shape}.")
-    times = np.asarray(section["times"], np.float64)
-    if times.shape != hist.shape[:1]:
-        raise ValueError(
-            f"plot_chaos: times must have shape (num_renorm,) = {hist.shape[:1]}, one time per "
-            f"row of history, got {times.shape}."
-        )
+    times = _one_time_per_row(section, "times", "num_renorm", hist, "history")
     k = hist.shape[1]
     rows = {}
     for key in ("exponents", "uncertainty"):
