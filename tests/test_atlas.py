@@ -145,6 +145,10 @@ def test_decay_fits_recovers_exact_laws():
     f = decay_fits(t, 1e-3 * t**-2.0)
     assert f["law"] == "algebraic" and abs(f["power_exponent"] - 2.0) < 1e-10
     assert decay_fits(t, np.ones_like(t)) == dict(points=0)
+    # a constant spread inside the window decays by no law (it was called "algebraic",
+    # with R² of -1.35 from rounding)
+    f = decay_fits(t, np.full_like(t, 1e-4))
+    assert f["points"] == 400 and f["law"] == "no_decay"
 
 
 def test_direction_spread_is_sin_squared_down_to_tiny_angles():

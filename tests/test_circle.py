@@ -117,3 +117,36 @@ def test_bad_input():
         KuramotoDaido(I2, I2, beta=jnp.ones(2))
     with pytest.raises(ValueError, match="last axis of size 2"):
         angular_velocity(jnp.ones((3, 3)), jnp.ones((3, 3)))
+
+
+def test_helpers_refuse_what_they_cannot_mean():
+    from jaxattn.dynamics._circle import angular_velocity
+    from jaxattn.dynamics._hamiltonian import (
+        case4_hamiltonian,
+        measured_rotation_rate,
+        rotation_rate_on_circle,
+    )
+
+    theta = jnp.array([0.1, 0.7, 2.0])
+    for m in (0, 1.5, True):
+        with pytest.raises(ValueError, match="order_parameter: m must be an integer >= 1"):
+            order_parameter(theta, m)
+    with pytest.raises(ValueError, match="order_parameter: theta must be real angles"):
+        order_parameter(theta + 0j, 2)
+    # H of Case 4 lives in the open disc: NaN on and outside the circle, finite inside
+    H = case4_hamiltonian(jnp.array([0.5j, 1.0 + 0j, 1.2 + 0j]), 0.5, 1.0)
+    assert float(H[0]) == pytest.approx((2 * 0.5 * 0.5 + 1.0 * 1.25) / 0.75**2, rel=1e-14)
+    assert bool(jnp.isnan(H[1])) and bool(jnp.isnan(H[2]))
+    with pytest.raises(ValueError, match="num must be an integer >= 16"):
+        rotation_rate_on_circle(jnp.eye(2), jnp.eye(2), num=1)
+    ts = jnp.linspace(0.0, 10.0, 101)
+    R = jnp.exp(0.8j * ts)
+    assert measured_rotation_rate(ts, R) == pytest.approx(0.8, rel=1e-10)
+    with pytest.raises(ValueError, match="ts and R must be 1-d of the same length"):
+        measured_rotation_rate(ts, R[:-1])
+    with pytest.raises(ValueError, match=r"start must be a fraction in \[0, 1\)"):
+        measured_rotation_rate(ts, R, start=1.0)
+    with pytest.raises(ValueError, match="holds 1 sample"):
+        measured_rotation_rate(ts[:1], R[:1])
+    with pytest.raises(ValueError, match="x and v must broadcast together"):
+        angular_velocity(jnp.ones((3, 2)), jnp.ones((4, 2)))

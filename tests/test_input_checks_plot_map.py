@@ -371,3 +371,22 @@ def test_plot_chaos_draws_a_section_without_crossings():
     for poincare in (np.zeros((0, 2)), []):
         fig = plot_chaos(_section(poincare=poincare, exponents=np.array([0.21, 0.001, -3.81])))
         assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["0 crossings"]
+
+
+def test_regime_map_refuses_a_fractional_number_of_inits():
+    # 1.5 inits used to run as 1 (int() truncated it)
+    for inits in (1.5, True, 0):
+        with pytest.raises(ValueError, match="regime_map: inits must be an integer >= 1"):
+            jd.regime_map("case4", {"v11": [0.2, 0.4]}, inits=inits, method="ott_antonsen")
+
+
+def test_regime_map_names_a_family_whose_d_changes_across_the_map():
+    fam = Family(
+        "grow",
+        "d = 2 or 4",
+        dict(a=1.0),
+        lambda a: (np.eye(2 if a < 1 else 4), np.eye(2 if a < 1 else 4), 1.0),
+        None,
+    )
+    with pytest.raises(ValueError, match=r"family 'grow' returned A of shape \(2, 2\) at"):
+        jd.regime_map(fam, {"a": [0.5, 1.5]}, inits=1, method="particles", progress=False)

@@ -166,3 +166,13 @@ def test_block_embed():
     assert float(jnp.abs(E[0:2, 2:6]).max()) == 0.0
     with pytest.raises(ValueError, match="even"):
         block_embed(A3, 5)
+
+
+def test_block_embed_and_criteria_refuse_non_integer_sizes_and_complex_matrices():
+    M = jnp.array([[0.0, 1.0], [-1.0, 0.0]])
+    assert block_embed(M, 4).shape == (4, 4)
+    for d in (2.5, 3, True):
+        with pytest.raises(ValueError, match="block_embed: d must be an even number >= 2"):
+            block_embed(M, d)
+    with pytest.raises(ValueError, match="must be a real 2×2 matrix, got dtype complex"):
+        case4_criterion(jnp.eye(2) + 0j, M)

@@ -103,11 +103,16 @@ def order_parameter(theta: Float[Array, "... n"], m: int = 2) -> Complex[Array, 
     **Returns:** complex array of shape `(...)`.
 
     **Raises:** `ValueError` if `theta` has no axis or `n = 0` angles (the mean of no
-    phases is undefined; it used to be NaN).
+    phases is undefined; it used to be NaN), if `theta` is not real (complex angles), or
+    if `m` is not an integer >= 1.
 
     Source: Li et al. (2026), definition of `R₂`; Daido, Prog. Theor. Phys. 88 (1992).
     """
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+        raise ValueError(f"order_parameter: m must be an integer >= 1, got {m!r}.")
     theta = jnp.asarray(theta)
+    if jnp.iscomplexobj(theta):
+        raise ValueError(f"order_parameter: theta must be real angles, got dtype {theta.dtype}.")
     if theta.ndim == 0 or theta.shape[-1] == 0:
         raise ValueError(
             f"order_parameter: theta must have shape (..., n) with n >= 1 angles, got shape "
@@ -203,7 +208,8 @@ def angular_velocity(x: Float[Array, "... 2"], v: Float[Array, "... 2"]) -> Floa
 
     **Returns:** `dθ/dt` of shape `(...)` (zero where `x = 0`).
 
-    **Raises:** `ValueError` if the last axis of `x` or `v` is not of size 2.
+    **Raises:** `ValueError` if the last axis of `x` or `v` is not of size 2, or their
+    shapes do not broadcast together.
     """
     x = jnp.asarray(x)
     v = jnp.asarray(v)
@@ -212,6 +218,13 @@ def angular_velocity(x: Float[Array, "... 2"], v: Float[Array, "... 2"]) -> Floa
             raise ValueError(
                 f"angular_velocity: {name} must have a last axis of size 2, got shape {a.shape}."
             )
+    try:
+        jnp.broadcast_shapes(x.shape, v.shape)
+    except ValueError:
+        raise ValueError(
+            f"angular_velocity: x and v must broadcast together, got shapes {x.shape} and "
+            f"{v.shape}."
+        ) from None
     sq = jnp.sum(x * x, axis=-1)
     cross = x[..., 0] * v[..., 1] - x[..., 1] * v[..., 0]
     return cross / jnp.where(sq > 0, sq, 1)

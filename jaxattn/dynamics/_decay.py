@@ -62,7 +62,9 @@ def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
     - exponential `log V = a − λ t` (rate `λ`, coefficient of determination `R²`);
     - power law `log V = b − p log t` (exponent `p`, its `R²`).
 
-    The better fit (higher `R²`) names the law: `"exponential"` or `"algebraic"`. Near
+    The better fit (higher `R²`) names the law: `"exponential"` or `"algebraic"`; when the
+    window spans less than one decade of `V` (a constant or barely decaying spread) no law
+    can be told apart and the law is `"no_decay"` (the fits are still reported). Near
     one cluster of the softmax flow with `A = V = I`, Post-LN deviations decay like
     `e^{−t}`, so `V ~ e^{−2t}` (`λ ≈ 2`); under Pre-LN the radius grows like `t`, the
     angular speed falls like `1/t` and `V ~ t^{−2}` (`p ≈ 2`).
@@ -98,5 +100,11 @@ def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
         power_exponent=-p,
         power_intercept=b,
         power_r2=r2_pow,
-        law="exponential" if r2_exp > r2_pow else "algebraic",
+        law=(
+            "no_decay"
+            if np.ptp(logv) < np.log(10.0)
+            else "exponential"
+            if r2_exp > r2_pow
+            else "algebraic"
+        ),
     )

@@ -59,10 +59,13 @@ def case4_hamiltonian(R, v11, v12):
 
     **Arguments:** `R` complex (any shape), `v11`, `v12` scalars.
 
-    **Returns:** real array of the shape of `R`.
+    **Returns:** real array of the shape of `R`; NaN where `|R| ≥ 1` (on and outside the
+    circle, where `H` is not defined: it blows up at `|R| = 1`).
     """
     r2 = jnp.real(R) ** 2 + jnp.imag(R) ** 2
-    return (2 * v11 * jnp.imag(R) + v12 * (1 + r2)) / (1 - r2) ** 2
+    inside = r2 < 1
+    H = (2 * v11 * jnp.imag(R) + v12 * (1 + r2)) / jnp.where(inside, (1 - r2) ** 2, 1)
+    return jnp.where(inside, H, jnp.nan)
 
 
 def case4_integrating_factor(R):
@@ -168,8 +171,14 @@ def boundary_flow(psi, A, V, beta=1.0):
 
 def rotation_rate_on_circle(A, V, beta=1.0, *, num: int = 20001):
     r"""Mean angular velocity of `arg R₂` for rotating clusters (Case 3):
-    `2π / ∮ dψ / g(ψ)` (trapezoid on a periodic grid, spectrally accurate). NaN when `g`
-    changes sign (the clusters come to rest instead)."""
+    `2π / ∮ dψ / g(ψ)` (trapezoid on a periodic grid of `num` angles, spectrally
+    accurate). NaN when `g` changes sign (the clusters come to rest instead).
+
+    **Raises:** `ValueError` if `num` is not an integer >= 16 (fewer angles cannot resolve
+    `g`: `num = 1` gave the speed at one angle).
+    """
+    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 16:
+        raise ValueError(f"rotation_rate_on_circle: num must be an integer >= 16, got {num!r}.")
     psi = jnp.linspace(0.0, 2 * jnp.pi, num, endpoint=False)
     g = boundary_flow(psi, jnp.asarray(A), jnp.asarray(V), beta)
     g = np.asarray(g)
@@ -180,10 +189,36 @@ def rotation_rate_on_circle(A, V, beta=1.0, *, num: int = 20001):
 
 
 def measured_rotation_rate(ts, R, *, start: float = 0.5):
-    """Slope of the unwrapped `arg R₂` over whole turns of the late part of a run."""
-    ts = np.asarray(ts)
-    ph = np.unwrap(np.angle(np.asarray(R)))
+    """Slope of the unwrapped `arg R₂` over whole turns of the late part of a run.
+
+    **Arguments:** `ts` increasing times, shape `(times,)`; `R` the order parameter at those
+    times, shape `(times,)`; `start` the fraction of the run before the late part,
+    `0 <= start < 1`.
+
+    **Returns:** the rate in radians per unit time (negative for clockwise rotation).
+
+    **Raises:** `ValueError` if `ts` and `R` are not 1-d of the same length, the late part
+    holds fewer than 2 samples, `start` is outside [0, 1) or a value is not finite.
+    """
+    where = "measured_rotation_rate"
+    ts = np.asarray(ts, np.float64)
+    R = np.asarray(R)
+    if ts.ndim != 1 or R.shape != ts.shape:
+        raise ValueError(
+            f"{where}: ts and R must be 1-d of the same length, got shapes {ts.shape} and "
+            f"{R.shape}."
+        )
+    if not (isinstance(start, (int, float, np.floating, np.integer)) and 0 <= start < 1):
+        raise ValueError(f"{where}: start must be a fraction in [0, 1), got {start!r}.")
+    if not (np.all(np.isfinite(ts)) and np.all(np.isfinite(R))):
+        raise ValueError(f"{where}: ts and R must be finite.")
+    ph = np.unwrap(np.angle(R))
     k0 = int(start * (len(ts) - 1))
+    if len(ts) - k0 < 2:
+        raise ValueError(
+            f"{where}: the late part (from start = {start} of {len(ts)} samples) holds "
+            f"{len(ts) - k0} sample(s); need at least 2."
+        )
     # Use the largest span that contains an integer number of turns.
     turns = np.floor(np.abs(ph[-1] - ph[k0]) / (2 * np.pi))
     if turns < 1:

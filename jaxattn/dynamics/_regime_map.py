@@ -719,6 +719,22 @@ def _whole_codes(where: str, what: str, codes: np.ndarray, lowest: int, below: s
     return codes.astype(np.int64)
 
 
+def _stack_cells(where, name, what, arrays, points, *, float_=True):
+    """The family's `arrays` of every cell stacked on a leading axis.
+
+    **Raises:** `ValueError` naming the family and two cells when the shapes differ (a
+    family whose d changes across the map, which one sweep cannot hold)."""
+    arrays = [np.asarray(a, float) if float_ else np.asarray(a) for a in arrays]
+    for a, p in zip(arrays, points):
+        if a.shape != arrays[0].shape:
+            raise ValueError(
+                f"{where}: family {name!r} returned {what} of shape {arrays[0].shape} at "
+                f"{points[0]} but {a.shape} at {p}; every cell of a map must have the same "
+                "shapes (one d)."
+            )
+    return np.stack(arrays)
+
+
 def _predict_at(where, name, build, predict, base, points):
     """The family's `predict` codes at `points`, one per point.
 
@@ -877,9 +893,9 @@ def regime_map(
         raise ValueError(f"{where}: {both} given both as an axis and as a fixed value.")
     accepts_any = _accepts_any(build) and not isinstance(family, (str, Family))
     _check_names(where, [n for n, _ in axes] + list(fixed), defaults, accepts_any)
+    if isinstance(inits, bool) or not isinstance(inits, (int, np.integer)) or inits < 1:
+        raise ValueError(f"{where}: inits must be an integer >= 1, got {inits!r}.")
     inits = int(inits)
-    if inits < 1:
-        raise ValueError(f"{where}: inits must be >= 1, got {inits}.")
     largest = largest_base_seed(inits)
     if not (isinstance(seed, (int, np.integer)) and 0 <= int(seed) <= largest):
         raise ValueError(
@@ -910,8 +926,8 @@ def regime_map(
     seeds = (int(seed) * inits + np.arange(inits)).astype(np.int64)
     mkw = dict(n=n, method=method, init=init, r0=r0)
     if isinstance(first, tuple) and len(first) == 3:
-        A = np.stack([np.asarray(b[0], float) for b in built])
-        V = np.stack([np.asarray(b[1], float) for b in built])
+        A = _stack_cells(where, name, "A", [b[0] for b in built], points)
+        V = _stack_cells(where, name, "V", [b[1] for b in built], points)
         beta = np.array([float(b[2]) for b in built])
         members = attention_members(
             np.repeat(A, inits, 0),
@@ -925,7 +941,7 @@ def regime_map(
     elif isinstance(first, eqx.Module):
         stacked = jax.tree_util.tree_map(
             lambda *xs: (
-                np.repeat(np.stack([np.asarray(x) for x in xs]), inits, 0)
+                np.repeat(_stack_cells(where, name, "an array", xs, points, float_=False), inits, 0)
                 if eqx.is_array_like(xs[0])
                 else xs[0]
             ),

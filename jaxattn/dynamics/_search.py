@@ -131,7 +131,10 @@ def regime_score(
     kernel). The score is the time average over the late `window` of the horizon `t1`.
 
     **Returns:** a scalar, differentiable in `A`, `V`, `beta` (and `R0`/`x0`); NaN when the
-    solve failed (`throw=False` inside).
+    solve failed (`throw=False` inside). Where the score is NaN its gradient is not: a
+    member the solver refuses (non-finite or traced `beta ≤ 0` input) runs a zero field,
+    so the gradient there is 0. Check the score before stepping on the gradient, as
+    `regime_search` does.
 
     **Raises:** `ValueError` for an unknown `method`/`score`, a missing `x0`, `rtol`/`atol`
     above `MAX_GRADIENT_TOL` (the gradient would be off by more than ~0.1 %, see the module

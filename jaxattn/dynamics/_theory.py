@@ -11,6 +11,7 @@ Source: Li et al., *On the Diverse Dynamical Behaviors Arising in Deep Linear Tr
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float
 
 from ._regimes import REGIMES
@@ -52,6 +53,8 @@ def _check_2x2(name, M):
         raise ValueError(
             f"{name} must be a 2×2 matrix (the stated results are for d = 2), got shape {M.shape}."
         )
+    if not (jnp.issubdtype(M.dtype, jnp.floating) or jnp.issubdtype(M.dtype, jnp.integer)):
+        raise ValueError(f"{name} must be a real 2×2 matrix, got dtype {M.dtype}.")
     return M.astype(jnp.result_type(M, float))
 
 
@@ -218,6 +221,6 @@ def block_embed(M: Float[ArrayLike, "2 2"], d: int) -> Float[Array, "d d"]:
     **Raises:** `ValueError` if `M` is not 2×2 or `d` is not an even number ≥ 2.
     """
     M = _check_2x2("M", M)
-    if int(d) < 2 or int(d) % 2:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or int(d) < 2 or int(d) % 2:
         raise ValueError(f"block_embed: d must be an even number >= 2, got d={d}.")
     return jnp.kron(jnp.eye(int(d) // 2, dtype=M.dtype), M)

@@ -609,6 +609,7 @@ def plot_flow_families(curves, plga_rows, path):
             exp_fit = np.exp(f["exp_intercept"] - f["exp_rate"] * t)
             pow_fit = np.exp(f["power_intercept"] - f["power_exponent"] * np.log(t))
             best_exp = f["law"] == "exponential"
+            best_pow = f["law"] == "algebraic"  # "no_decay": neither fit is the better
             # One style per law (exponential dashed, power dotted); the better fit is bold.
             ax.loglog(
                 t, exp_fit, color=col, lw=1.8 if best_exp else 0.8, ls="--",
@@ -616,9 +617,9 @@ def plot_flow_families(curves, plga_rows, path):
                 + (" ← better" if best_exp else ""),
             )  # fmt: skip
             ax.loglog(
-                t, pow_fit, color=col, lw=0.8 if best_exp else 1.8, ls=":",
+                t, pow_fit, color=col, lw=1.8 if best_pow else 0.8, ls=":",
                 label=f"  power fit p = {f['power_exponent']:.3g} (R² {f['power_r2']:.3f})"
-                + ("" if best_exp else " ← better"),
+                + (" ← better" if best_pow else ""),
             )  # fmt: skip
     ax.axhspan(1e-12, 1e-2, color="0.9", zorder=0, label="fit window")
     ax.set_xlabel("time t")
