@@ -111,11 +111,12 @@ def prefer_fast_cpu_loops(environ: MutableMapping[str, str] | None = None) -> bo
     `XLA_FLAGS` (`SMALL_LOOP_OPTION`).
 
     XLA's CPU runtime runs a program as a sequence of kernels and dispatches every kernel of
-    a while loop's body on every iteration; a diffrax solver step of a particle sweep is
-    ~125 of them, and their dispatch was most of a step. With the option, a while loop
-    whose buffers total at most `SMALL_LOOP_BYTES` (16 MiB) becomes one kernel: particle
-    sweeps (512 pairs, n = 256) ran 1.6x faster on one core with bitwise the same results
-    (`experiments/bench_compaction.py --loops`). The `jaxattn` command calls this when it
+    a while loop's body on every iteration; a diffrax solver step of a particle sweep was
+    ~125 of them (~60 since sweeps step with `UnrolledTsit5`), and their dispatch was most
+    of a step. With the option, a while loop whose buffers total at most `SMALL_LOOP_BYTES`
+    (16 MiB) becomes one kernel: particle sweeps (512 pairs, n = 256) ran 1.3x faster on
+    one core with bitwise the same results (1.6x before `UnrolledTsit5`;
+    `experiments/bench_compaction.py --loops`). The `jaxattn` command calls this when it
     starts, and the test suite does; a library import never does (it changes no global
     setting). Call it yourself, before anything runs on JAX, to get the same in a notebook
     or script. It has no effect on GPUs and TPUs.
