@@ -149,6 +149,11 @@ def test_decay_fits_recovers_exact_laws():
     # with R² of -1.35 from rounding)
     f = decay_fits(t, np.full_like(t, 1e-4))
     assert f["points"] == 400 and f["law"] == "no_decay"
+    # growth is no decay either (it was reported as exponential decay with rate -2)
+    f = decay_fits(t, 1e-12 * np.exp(0.3 * t))
+    assert f["law"] == "no_decay" and abs(f["exp_rate"] + 0.3) < 1e-10
+    with pytest.raises(ValueError, match="decay_fits: ts must be strictly increasing"):
+        decay_fits(t[::-1], 3.0 * np.exp(-2.0 * t))
 
 
 def test_direction_spread_is_sin_squared_down_to_tiny_angles():

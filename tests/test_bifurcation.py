@@ -135,3 +135,16 @@ def test_refine_transition_orders_its_bracket_and_refuses_non_numbers():
         bif.refine_transition(lambda q: q > 1.0, 1.0, 1.0)
     with pytest.raises(ValueError, match="circle_extrema: V has non-finite entries"):
         bif.saddle_node_on_circle(lambda q: (np.eye(2), np.full((2, 2), np.nan), 1.0), 0.5, 2.0)
+
+
+def test_fixed_points_settings_and_predicates_that_are_not_one_bool():
+    V4 = np.array([[0.5, 1.0], [-1.0, -0.5]])
+    for kw, name in ((dict(num_radii=0), "num_radii"), (dict(tol=-1.0), "tol")):
+        with pytest.raises(ValueError, match=f"fixed_points: {name} must be"):
+            bif.fixed_points(np.eye(2), V4, **kw)
+    with pytest.raises(ValueError, match=r"extra_seeds must be finite, got 1 NaN"):
+        bif.fixed_points(np.eye(2), V4, extra_seeds=[np.nan])
+    with pytest.raises(ValueError, match=r"predicate\(0.0\) must return one bool"):
+        bif.refine_transition(lambda p: np.array([p > 0.3, True]), 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"must return one bool, got array\(nan\)"):
+        bif.refine_transition(lambda p: np.nan, 0.0, 1.0)

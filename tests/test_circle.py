@@ -148,5 +148,9 @@ def test_helpers_refuse_what_they_cannot_mean():
         measured_rotation_rate(ts, R, start=1.0)
     with pytest.raises(ValueError, match="holds 1 sample"):
         measured_rotation_rate(ts[:1], R[:1])
+    assert measured_rotation_rate(ts, R, start=jnp.array(0.5)) == pytest.approx(0.8, rel=1e-10)
+    with pytest.raises(ValueError, match="ts must be strictly increasing"):
+        measured_rotation_rate(ts[::-1], R)
+    assert complex(order_parameter(theta, jnp.array(2))) == complex(order_parameter(theta, 2))
     with pytest.raises(ValueError, match="x and v must broadcast together"):
         angular_velocity(jnp.ones((3, 2)), jnp.ones((4, 2)))

@@ -136,6 +136,22 @@ def test_vmap_and_gradient_agree_with_diffrax():
     assert abs(float(g_new) - float(fd)) < 1e-6
 
 
+def test_terms_without_fsal_take_diffraxs_loop():
+    # diffrax turns first-same-as-last off for an expensive vector field (solver state
+    # None); the written-out step then hands over to diffrax's (it used to fail unpacking).
+    class Expensive(diffrax.ODETerm):
+        def is_vf_expensive(self, t0, t1, y, args):
+            return True
+
+    def run(solver):
+        return diffrax.diffeqsolve(
+            Expensive(lambda t, y, a: -y), solver, 0.0, 1.0, 0.1, jnp.ones(2)
+        ).ys[-1]
+
+    np.testing.assert_allclose(run(UnrolledTsit5()), run(diffrax.Tsit5()), rtol=0, atol=0)
+    np.testing.assert_allclose(run(UnrolledTsit5()), np.exp(-1.0) * np.ones(2), rtol=1e-6)
+
+
 @pytest.mark.parametrize("solver_name", ["diffrax", "unrolled"])
 def test_the_compiled_step_has_no_stage_loop(solver_name):
     # diffrax's solve compiles to three while loops (steps, the stages of a step, the saves

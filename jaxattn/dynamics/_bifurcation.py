@@ -147,8 +147,9 @@ def fixed_points(
 
     **Raises:** `ValueError` naming the argument when `A` or `V` is not a real 2×2 matrix
     of finite numbers or not float32/float64, `beta` is not a finite scalar > 0 (an
-    inverse temperature, as the other Ott–Antonsen functions require), or `extra_seeds`
-    is not a 1-d array of finite numbers.
+    inverse temperature, as the other Ott–Antonsen functions require), `num_radii` or
+    `num_angles` is not an integer >= 1, a tolerance is not a finite number > 0, or
+    `extra_seeds` is not a 1-d array of finite numbers.
     """
     where = "fixed_points"
     # real, 2×2, finite (a NaN entry would leave Newton no root: "no fixed points")
@@ -162,15 +163,33 @@ def fixed_points(
         default if given is None else given
         for given, default in zip((tol, residual_tol, merge_tol, stability_tol), defaults)
     )
+    for name, value in (("num_radii", num_radii), ("num_angles", num_angles)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{where}: {name} must be an integer >= 1, got {value!r}.")
+    for name, value in (
+        ("tol", tol),
+        ("residual_tol", residual_tol),
+        ("merge_tol", merge_tol),
+        ("stability_tol", stability_tol),
+    ):
+        if not (
+            isinstance(value, (int, float, np.floating)) and math.isfinite(value) and value > 0
+        ):
+            raise ValueError(f"{where}: {name} must be a finite number > 0, got {value!r}.")
     A = A.astype(dtype)
     V = jnp.asarray(V, dtype)
     seeds = _seeds(num_radii, num_angles, dtype)
     if extra_seeds is not None:
         ex = np.asarray(extra_seeds)
-        if ex.ndim != 1 or ex.dtype.kind not in "iufc" or not np.all(np.isfinite(ex)):
+        if ex.ndim != 1 or ex.dtype.kind not in "iufc":
             raise ValueError(
                 f"{where}: extra_seeds must be a 1-d array of finite (complex) numbers, got "
                 f"shape {ex.shape}, dtype {ex.dtype}."
+            )
+        if not np.all(np.isfinite(ex)):
+            raise ValueError(
+                f"{where}: extra_seeds must be finite, got {np.sum(~np.isfinite(ex))} "
+                "NaN or infinite value(s)."
             )
         if len(ex):
             pts = np.stack([ex.real, ex.imag], -1)
@@ -293,13 +312,22 @@ def refine_transition(
     if not tol > 0:
         raise ValueError(f"{where}: tol must be > 0, got {tol}.")
     lo, hi = min(lo, hi), max(lo, hi)
-    plo, phi = bool(predicate(lo)), bool(predicate(hi))
+
+    def truth(p):
+        v = np.asarray(predicate(p))
+        if v.shape != () or v.dtype.kind not in "biuf" or (v.dtype.kind == "f" and np.isnan(v)):
+            raise ValueError(
+                f"{where}: predicate({p}) must return one bool, got {v!r} (shape {v.shape})."
+            )
+        return bool(v)
+
+    plo, phi = truth(lo), truth(hi)
     if plo == phi:
         raise ValueError(f"{where}: predicate is {plo} at both ends of [{lo}, {hi}]; no bracket.")
     it = 0
     while hi - lo > tol and it < max_iter:
         mid = 0.5 * (lo + hi)
-        if bool(predicate(mid)) == plo:
+        if truth(mid) == plo:
             lo = mid
         else:
             hi = mid

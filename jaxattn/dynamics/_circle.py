@@ -1,6 +1,7 @@
 """d = 2: tokens as angles, order parameters and the Kuramoto–Daido form of the flow."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Complex, Float
@@ -98,7 +99,9 @@ def order_parameter(theta: Float[Array, "... n"], m: int = 2) -> Complex[Array, 
     `|R_2| = 1` means all tokens sit on one antipodal pair; `R_2 = 0` is the balanced
     (e.g. uniform) state.
 
-    **Arguments:** `theta` of shape `(..., n)`, radians; `m` the harmonic (integer ≥ 1).
+    **Arguments:** `theta` of shape `(..., n)`, radians (angles, not tokens: for planar
+    tokens `x` of shape `(..., n, 2)` pass `angles_from_tokens(x)`); `m` the harmonic
+    (integer ≥ 1).
 
     **Returns:** complex array of shape `(...)`.
 
@@ -108,8 +111,16 @@ def order_parameter(theta: Float[Array, "... n"], m: int = 2) -> Complex[Array, 
 
     Source: Li et al. (2026), definition of `R₂`; Daido, Prog. Theor. Phys. 88 (1992).
     """
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
+    m_arr = np.asarray(m) if not isinstance(m, jax.core.Tracer) else None
+    if (
+        isinstance(m, bool)
+        or m_arr is None
+        or m_arr.shape != ()
+        or m_arr.dtype.kind not in "iu"
+        or int(m_arr) < 1
+    ):
         raise ValueError(f"order_parameter: m must be an integer >= 1, got {m!r}.")
+    m = int(m_arr)
     theta = jnp.asarray(theta)
     if jnp.iscomplexobj(theta):
         raise ValueError(f"order_parameter: theta must be real angles, got dtype {theta.dtype}.")

@@ -63,14 +63,18 @@ def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
     - power law `log V = b − p log t` (exponent `p`, its `R²`).
 
     The better fit (higher `R²`) names the law: `"exponential"` or `"algebraic"`; when the
-    window spans less than one decade of `V` (a constant or barely decaying spread) no law
-    can be told apart and the law is `"no_decay"` (the fits are still reported). Near
+    window spans less than one decade of `V` (a constant or barely decaying spread), or `V`
+    grows on it, no decay law fits and the law is `"no_decay"` (the fits are still
+    reported; their `R²` is NaN for a constant spread). Near
     one cluster of the softmax flow with `A = V = I`, Post-LN deviations decay like
     `e^{−t}`, so `V ~ e^{−2t}` (`λ ≈ 2`); under Pre-LN the radius grows like `t`, the
     angular speed falls like `1/t` and `V ~ t^{−2}` (`p ≈ 2`).
 
-    **Arguments:** `ts` `(times,)`, `spread` `(times,)` (e.g. `direction_spread`); the
-    window bounds `v_hi`, `v_lo`.
+    **Arguments:** `ts` `(times,)`, strictly increasing; `spread` `(times,)` (e.g.
+    `direction_spread`); the window bounds `v_hi`, `v_lo`.
+
+    **Raises:** `ValueError` if `ts` and `spread` are not 1-d of one length or `ts` is not
+    strictly increasing.
 
     **Returns:** a dict: `points` (samples in the window) and, with at least 5 of them,
     `t_window` `(first, last)`, `exp_rate`, `exp_intercept`, `exp_r2`, `power_exponent`,
@@ -85,6 +89,8 @@ def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
             f"decay_fits: ts and spread must be 1-d of one length, got {ts.shape} and "
             f"{spread.shape}."
         )
+    if ts.size > 1 and not np.all(np.diff(ts) > 0):
+        raise ValueError("decay_fits: ts must be strictly increasing.")
     window = (spread < v_hi) & (spread > v_lo) & (ts > 0)
     if window.sum() < 5:
         return dict(points=int(window.sum()))
@@ -102,7 +108,7 @@ def decay_fits(ts, spread, *, v_hi: float = 1e-2, v_lo: float = 1e-12) -> dict:
         power_r2=r2_pow,
         law=(
             "no_decay"
-            if np.ptp(logv) < np.log(10.0)
+            if np.ptp(logv) < np.log(10.0) or lam >= 0
             else "exponential"
             if r2_exp > r2_pow
             else "algebraic"

@@ -197,8 +197,9 @@ def measured_rotation_rate(ts, R, *, start: float = 0.5):
 
     **Returns:** the rate in radians per unit time (negative for clockwise rotation).
 
-    **Raises:** `ValueError` if `ts` and `R` are not 1-d of the same length, the late part
-    holds fewer than 2 samples, `start` is outside [0, 1) or a value is not finite.
+    **Raises:** `ValueError` if `ts` and `R` are not 1-d of the same length, `ts` is not
+    strictly increasing, the late part holds fewer than 2 samples, `start` is outside
+    [0, 1) or a value is not finite.
     """
     where = "measured_rotation_rate"
     ts = np.asarray(ts, np.float64)
@@ -208,10 +209,17 @@ def measured_rotation_rate(ts, R, *, start: float = 0.5):
             f"{where}: ts and R must be 1-d of the same length, got shapes {ts.shape} and "
             f"{R.shape}."
         )
-    if not (isinstance(start, (int, float, np.floating, np.integer)) and 0 <= start < 1):
+    try:
+        frac = float(start)
+    except (TypeError, ValueError):
+        frac = float("nan")
+    if not 0 <= frac < 1:
         raise ValueError(f"{where}: start must be a fraction in [0, 1), got {start!r}.")
+    start = frac
     if not (np.all(np.isfinite(ts)) and np.all(np.isfinite(R))):
         raise ValueError(f"{where}: ts and R must be finite.")
+    if not np.all(np.diff(ts) > 0):
+        raise ValueError(f"{where}: ts must be strictly increasing.")
     ph = np.unwrap(np.angle(R))
     k0 = int(start * (len(ts) - 1))
     if len(ts) - k0 < 2:

@@ -277,7 +277,8 @@ def regime_search(
     **Returns:** a `SearchResult`.
 
     `params` is a pytree of real numbers (arrays, Python numbers or lists of them); integer
-    leaves are promoted to JAX's default float.
+    leaves are promoted to JAX's default float. A list is a pytree, not an array: `build`
+    then receives a list of scalars (pass `jnp.array([...])` for an array).
 
     **Raises:** `ValueError` for an unknown `target`, `rtol`/`atol` above
     `MAX_GRADIENT_TOL`, `params` without numbers or with complex or boolean leaves, and the

@@ -55,8 +55,8 @@ class UnrolledTsit5(diffrax.Tsit5):
     particle sweep member steps about 1.9× faster (default XLA runtime; equal speed when
     `jaxattn.prefer_fast_cpu_loops` compiles loops whole). Every sweep member is solved
     with it (`SWEEP_SOLVER`); pass `solver=UnrolledTsit5()` to `simulate`,
-    `solve_ott_antonsen` or `solve_watanabe_strogatz` to reproduce a member exactly or to
-    get the same speed.
+    `solve_ott_antonsen` or `solve_watanabe_strogatz` to get the same speed and a member's
+    own steps (its numbers to a few 1e-12: the sweep's program is compiled differently).
 
     States may be any PyTree of floating arrays; shapes, dtypes and the
     solution's attributes are those of `diffrax.Tsit5`. Steps, accepted/rejected counts and
@@ -65,11 +65,19 @@ class UnrolledTsit5(diffrax.Tsit5):
     differentiable like any JAX code, but is meant for forward solves: diffrax's default
     stage loop is the one checkpointed for reverse-mode autodiff.
 
+    Terms whose vector field diffrax calls expensive (`is_vf_expensive`: no
+    first-same-as-last) are stepped by diffrax's own stage loop.
+
     **Raises:** nothing of its own; diffrax's errors for terms it cannot solve (it accepts
-    what `diffrax.Tsit5` accepts: ODE terms).
+    what `diffrax.Tsit5` accepts).
     """
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        if solver_state is None:
+            # diffrax turns first-same-as-last off for terms whose vector field is expensive
+            # (`is_vf_expensive`, e.g. an SDE solved backwards by `BacksolveAdjoint`); those
+            # take diffrax's own stage loop.
+            return super().step(terms, t0, t1, y0, args, solver_state, made_jump)
         tableau = self.tableau
         first_step, f0 = solver_state
         # FSAL: the first stage is the previous step's last, except on the first step or
