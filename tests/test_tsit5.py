@@ -136,6 +136,27 @@ def test_vmap_and_gradient_agree_with_diffrax():
     assert abs(float(g_new) - float(fd)) < 1e-6
 
 
+def test_dense_weights_are_diffraxs():
+    # The interpolation's weights b_i(θ) against diffrax's Tsit5 interpolation (slopes = the
+    # identity, so evaluate returns the weights), and one evaluation of a real state.
+    ref_cls = diffrax.Tsit5.interpolation_cls
+    new_cls = UnrolledTsit5.interpolation_cls
+    eye = dict(t0=0.5, t1=2.0, y0=jnp.zeros(7), y1=jnp.zeros(7), k=jnp.eye(7))
+    for t in np.linspace(0.5, 2.0, 13):
+        ref = ref_cls(**eye).evaluate(t)
+        new = new_cls(**eye).evaluate(t)
+        np.testing.assert_allclose(new, ref, rtol=0, atol=1e-15)
+    k = jax.random.normal(jax.random.key(0), (7, 3, 4))
+    y0 = jax.random.normal(jax.random.key(1), (3, 4))
+    state = dict(t0=0.0, t1=0.3, y0=y0, y1=y0, k=k)
+    np.testing.assert_allclose(
+        new_cls(**state).evaluate(0.1, 0.25), ref_cls(**state).evaluate(0.1, 0.25), atol=1e-15
+    )
+    # a step of zero length interpolates its start
+    flat = dict(t0=1.0, t1=1.0, y0=y0, y1=y0, k=k)
+    np.testing.assert_array_equal(new_cls(**flat).evaluate(1.0), y0)
+
+
 def test_terms_without_fsal_take_diffraxs_loop():
     # diffrax turns first-same-as-last off for an expensive vector field (solver state
     # None); the written-out step then hands over to diffrax's (it used to fail unpacking).

@@ -638,7 +638,8 @@ ACCELERATOR_BLOCK = 8192
 # XLA runtime): particles 386 -> 588 members/s in physical time and 555 -> 806 in natural
 # time (a member's step 15.7 -> 9.1 µs), with the same regimes and steps and R2 to 1e-9;
 # Ott–Antonsen lockstep 1.4-1.55x, Watanabe–Strogatz 1.1x (same regimes; a few members'
-# steps differ by rounding: docs/how-to/sweep-gpu.md). Before (2026-12-03) the stages ran
+# steps differ by rounding: docs/how-to/sweep-gpu.md). Its interpolation written out too:
+# particles 590 -> 608-626 and 795-799 -> 825-866 members/s (interleaved runs). Before (2026-12-03) the stages ran
 # in a plain `lax` loop instead of diffrax's checkpointed one (1.13x, bitwise the same).
 SWEEP_SOLVER = UnrolledTsit5()
 # Ott–Antonsen and Watanabe–Strogatz members in a pool stepped in segments save their state
