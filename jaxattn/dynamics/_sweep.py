@@ -639,8 +639,9 @@ ACCELERATOR_BLOCK = 8192
 # time (a member's step 15.7 -> 9.1 µs), with the same regimes and steps and R2 to 1e-9;
 # Ott–Antonsen lockstep 1.4-1.55x, Watanabe–Strogatz 1.1x (same regimes; a few members'
 # steps differ by rounding: docs/how-to/sweep-gpu.md). Its interpolation written out too:
-# particles 590 -> 608-626 and 795-799 -> 825-866 members/s (interleaved runs). Before (2026-12-03) the stages ran
-# in a plain `lax` loop instead of diffrax's checkpointed one (1.13x, bitwise the same).
+# particles 590 -> 608-626 and 795-799 -> 825-866 members/s (interleaved runs). Before
+# (2026-12-03) the stages ran in a plain `lax` loop instead of diffrax's checkpointed one
+# (1.13x, bitwise the same).
 SWEEP_SOLVER = UnrolledTsit5()
 # Ott–Antonsen and Watanabe–Strogatz members in a pool stepped in segments save their state
 # by interpolating each segment's dense output afterwards (`advance_segments(dense_saves=
