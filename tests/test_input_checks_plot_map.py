@@ -390,3 +390,14 @@ def test_regime_map_names_a_family_whose_d_changes_across_the_map():
     )
     with pytest.raises(ValueError, match=r"family 'grow' returned A of shape \(2, 2\) at"):
         jd.regime_map(fam, {"a": [0.5, 1.5]}, inits=1, method="particles", progress=False)
+
+
+def test_plots_and_cross_ratio_name_an_argument_of_the_wrong_kind():
+    with pytest.raises(TypeError, match="plot_regime_map: regime_map must be a RegimeMap"):
+        jplot.plot_regime_map({"a": 1})
+    with pytest.raises(TypeError, match="plot_twirl: audit must be a TwirlAudit, got NoneType"):
+        jplot.plot_twirl(None)
+    with pytest.raises(TypeError, match="plot_concentration: audit must be a Concentration"):
+        jplot.plot_concentration(object())
+    with pytest.raises(ValueError, match="cross_ratio: z1 must hold numbers, got 'a'"):
+        jd.cross_ratio("a", 2.0, 3.0, 4.0)

@@ -78,12 +78,18 @@ def cross_ratio(z1, z2, z3, z4):
     **Returns:** the complex cross-ratio (complex64 for float32/complex64 inputs, else
     JAX's default complex), the broadcast shape.
 
-    **Raises:** `ValueError` when the shapes do not broadcast together.
+    **Raises:** `ValueError` when an argument is not numeric or the shapes do not broadcast
+    together.
 
     Source: Marvel, Mirollo & Strogatz, Chaos 19, 043104 (2009), §III; Watanabe & Strogatz,
     Physica D 74, 197 (1994).
     """
-    zs = [jnp.asarray(z) for z in (z1, z2, z3, z4)]
+    zs = []
+    for name, z in zip(("z1", "z2", "z3", "z4"), (z1, z2, z3, z4)):
+        kind = (np.asarray(z) if not isinstance(z, jax.Array) else z).dtype.kind
+        if kind not in "biufc":
+            raise ValueError(f"cross_ratio: {name} must hold numbers, got {z!r}.")
+        zs.append(jnp.asarray(z))
     try:
         jnp.broadcast_shapes(*(z.shape for z in zs))
     except ValueError:

@@ -27,6 +27,17 @@ def _plt():
     return plt
 
 
+def _audit_fields(where: str, audit, kind: str, fields: tuple[str, ...]) -> None:
+    """**Raises:** `TypeError` naming `kind` when `audit` lacks any of `fields` (e.g. None or
+    another audit), before any figure is opened."""
+    missing = [f for f in fields if not hasattr(audit, f)]
+    if missing:
+        raise TypeError(
+            f"{where}: audit must be a {kind}, got {type(audit).__name__} "
+            f"(no {', '.join(missing)})."
+        )
+
+
 def _length_ticks(ax, S):
     """Integer tick labels at the audited lengths on a log axis (no overlapping minor labels)."""
     from matplotlib.ticker import NullLocator
@@ -51,7 +62,12 @@ def plot_twirl(audit, *, title: str = "", path=None):
 
     **Arguments:** `audit`, a `TwirlAudit` (`residual_before`, `residual_after`
     `(prompts, S, layers, heads)`, `lengths` `(S,)`).
+
+    **Raises:** `TypeError` when `audit` is not a `TwirlAudit` (lacks its fields).
     """
+    _audit_fields(
+        "plot_twirl", audit, "TwirlAudit", ("lengths", "residual_before", "residual_after")
+    )
     plt = _plt()
     S = np.asarray(audit.lengths)
     b = np.asarray(audit.residual_before, dtype=np.float64)
@@ -81,7 +97,11 @@ def plot_concentration(audit, *, title: str = "", path=None):
     the first point.
 
     **Arguments:** `audit`, a `ConcentrationAudit` with batch axes `(layers, heads)`.
+
+    **Raises:** `TypeError` when `audit` is not a `ConcentrationAudit` (lacks its fields).
     """
+    fields = ("lengths", "spread", "band", "exponent", "exponent_ci")
+    _audit_fields("plot_concentration", audit, "ConcentrationAudit", fields)
     plt = _plt()
     S = np.asarray(audit.lengths, dtype=np.float64)
     sp = np.asarray(audit.spread, dtype=np.float64)

@@ -162,6 +162,13 @@ class _Cells:
 
 
 def _as_cells(m) -> _Cells:
+    fields = ("axes", "fractions", "dominant", "failed_fraction", "multistable")
+    missing = [f for f in fields if not hasattr(m, f)]
+    if missing:
+        raise TypeError(
+            f"plot_regime_map: regime_map must be a RegimeMap (or have its fields), got "
+            f"{type(m).__name__} without {', '.join(missing)}."
+        )
     names = _regime_names()
     axes = tuple((str(a), np.asarray(v, dtype=np.float64)) for a, v in m.axes)
     if len(axes) not in (1, 2):
@@ -457,7 +464,8 @@ def plot_regime_map(
     **Raises:** `ValueError` when the fields' shapes do not match the axes, `dominant` or
     `predicted` holds a code outside `-1 .. len(REGIMES) - 1`, or a boundary is not a
     `dict(label, x, y)` (`x` missing, or `y` not of the shape of `x`); `TypeError` when
-    `dominant` or `predicted` is not an array of numbers.
+    `regime_map` lacks a `RegimeMap`'s fields or `dominant` or `predicted` is not an array
+    of numbers.
     """
     plt = _plt()
     cells = _as_cells(regime_map)
