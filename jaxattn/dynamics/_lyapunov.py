@@ -28,7 +28,6 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from .._warn import warn_at_caller
 from ..sphere import normalise, safe_norm
 from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs
 from ._solve import (
@@ -42,6 +41,7 @@ from ._solve import (
     flow_manifold,
     input_result,
     promote_result,
+    warn_off_sphere,
 )
 from ._vector_field import AttentionDynamics, _is_concrete
 
@@ -479,11 +479,7 @@ def lyapunov_spectrum(
     manifold = flow_manifold(field)
     d = field.d if isinstance(getattr(field, "d", None), int) else None
     x0, deviation = check_tokens(x0, d)
-    if manifold == "sphere" and deviation is not None and deviation > 1e-6:
-        warn_at_caller(
-            f"{where}: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
-            f"{deviation:.3g}); they were normalised before solving."
-        )
+    warn_off_sphere(where, manifold, deviation)
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves), float)
     x0 = x0.astype(dtype)

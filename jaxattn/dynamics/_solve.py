@@ -302,6 +302,17 @@ class Trajectory(Solution):
         return self.xs[-1]
 
 
+def warn_off_sphere(where: str, manifold: str, deviation: float | None) -> None:
+    """The `UserWarning` (at the caller) that concrete initial tokens of a flow on the
+    sphere were off it by more than 1e-6 (`deviation` from `check_tokens`; `None` when
+    traced) and were normalised; shared by `simulate` and `lyapunov_spectrum`."""
+    if manifold == "sphere" and deviation is not None and deviation > 1e-6:
+        warn_at_caller(
+            f"{where}: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
+            f"{deviation:.3g}); they were normalised before solving."
+        )
+
+
 def check_tokens(x0, d: int | None = None, *, name: str = "x0", allow_zero: bool = False):
     """Trace-time checks of an initial state; concrete values are checked too.
 
@@ -1014,11 +1025,7 @@ def simulate(
     x0, deviation = check_tokens(x0, d, allow_zero=manifold == "euclidean" and not builtin)
     if rescaled and deviation is not None:  # that of the tokens as given
         deviation = float(np.max(np.abs(_row_norms(np.asarray(x_given)) - 1)))
-    if manifold == "sphere" and deviation is not None and deviation > 1e-6:
-        warn_at_caller(
-            f"simulate: initial tokens are off the unit sphere (max | |x_k| - 1 | = "
-            f"{deviation:.3g}); they were normalised before solving."
-        )
+    warn_off_sphere("simulate", manifold, deviation)
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))
     x0 = x0.astype(dtype)
