@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
+from ._circle import _check_2x2, _check_count, _check_scalar, kuramoto_daido_coupling
 from ._hamiltonian import boundary_flow
 
 __all__ = [
@@ -163,9 +163,8 @@ def fixed_points(
         default if given is None else given
         for given, default in zip((tol, residual_tol, merge_tol, stability_tol), defaults)
     )
-    for name, value in (("num_radii", num_radii), ("num_angles", num_angles)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{where}: {name} must be an integer >= 1, got {value!r}.")
+    num_radii = _check_count(where, "num_radii", num_radii)
+    num_angles = _check_count(where, "num_angles", num_angles)
     for name, value in (
         ("tol", tol),
         ("residual_tol", residual_tol),
@@ -262,8 +261,7 @@ def circle_extrema(A, V, beta=1.0, *, num: int = 4096):
     """
     A, V = _check_2x2("circle_extrema", A=A, V=V)
     beta = _check_scalar("circle_extrema", "beta", beta, positive=True)
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 3:
-        raise ValueError(f"circle_extrema: num must be an integer >= 3, got {num!r}.")
+    num = _check_count("circle_extrema", "num", num, 3)
     A = jnp.asarray(A)
     dtype = jnp.result_type(A.dtype, float)
     gmin, gmax, _, _ = _circle_extrema(

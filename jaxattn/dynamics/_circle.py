@@ -53,6 +53,19 @@ def _check_scalar(where: str, name: str, x, *, positive: bool = False):
     return x
 
 
+def _check_count(where: str, name: str, value, lo: int = 1) -> int:
+    """`value` as an int: a Python or NumPy integer (never a bool, never a float) >= `lo`.
+
+    **Raises:** `ValueError` naming `name` otherwise."""
+    if (
+        isinstance(value, (bool, np.bool_))
+        or not isinstance(value, (int, np.integer))
+        or value < lo
+    ):
+        raise ValueError(f"{where}: {name} must be an integer >= {lo}, got {value!r}.")
+    return int(value)
+
+
 def _check_angles(where: str, name: str, theta, *, min_n: int = 1):
     theta = _real_array(where, name, theta)
     if theta.ndim != 1:

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from ._circle import kuramoto_daido_coupling
+from ._circle import _check_count, kuramoto_daido_coupling
 from ._ott_antonsen import solve_ott_antonsen
 
 __all__ = [
@@ -177,8 +177,7 @@ def rotation_rate_on_circle(A, V, beta=1.0, *, num: int = 20001):
     **Raises:** `ValueError` if `num` is not an integer >= 16 (fewer angles cannot resolve
     `g`: `num = 1` gave the speed at one angle).
     """
-    if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num < 16:
-        raise ValueError(f"rotation_rate_on_circle: num must be an integer >= 16, got {num!r}.")
+    num = _check_count("rotation_rate_on_circle", "num", num, 16)
     psi = jnp.linspace(0.0, 2 * jnp.pi, num, endpoint=False)
     g = boundary_flow(psi, jnp.asarray(A), jnp.asarray(V), beta)
     g = np.asarray(g)

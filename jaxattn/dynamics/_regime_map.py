@@ -37,6 +37,7 @@ from .._json import (
 )
 from .._npz import check_sha256, load_npz_bytes, read_error_reason, recorded_sha256
 from .._warn import warn_at_caller
+from ._circle import _check_count
 from ._regimes import REGIMES
 from ._sweep import (
     FAILED,
@@ -893,9 +894,7 @@ def regime_map(
         raise ValueError(f"{where}: {both} given both as an axis and as a fixed value.")
     accepts_any = _accepts_any(build) and not isinstance(family, (str, Family))
     _check_names(where, [n for n, _ in axes] + list(fixed), defaults, accepts_any)
-    if isinstance(inits, bool) or not isinstance(inits, (int, np.integer)) or inits < 1:
-        raise ValueError(f"{where}: inits must be an integer >= 1, got {inits!r}.")
-    inits = int(inits)
+    inits = _check_count(where, "inits", inits)
     largest = largest_base_seed(inits)
     if not (isinstance(seed, (int, np.integer)) and 0 <= int(seed) <= largest):
         raise ValueError(

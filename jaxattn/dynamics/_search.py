@@ -44,6 +44,7 @@ import numpy as np
 import optax
 
 from ..sphere import sample_uniform
+from ._circle import _check_count
 from ._ott_antonsen import solve_ott_antonsen
 from ._solve import simulate
 from ._vector_field import AttentionDynamics
@@ -98,8 +99,7 @@ def _check_score_settings(where, beta, t1, window, num_save):
             f"{where}: window must be in (0, 1] (the late fraction of the horizon the score "
             f"averages over), got {window}."
         )
-    if isinstance(num_save, bool) or not isinstance(num_save, (int, np.integer)) or num_save < 2:
-        raise ValueError(f"{where}: num_save must be an integer >= 2, got {num_save!r}.")
+    _check_count(where, "num_save", num_save, 2)
 
 
 def _late_ts(t1, num_save, window, dtype):
