@@ -50,6 +50,7 @@ from ._sweep import (
     Runner,
     SweepResult,
     _atomic_write,
+    _bad_codes,
     _codes_in_range,
     _npz_bytes,
     _write_bytes,
@@ -709,10 +710,9 @@ def _whole_codes(where: str, what: str, codes: np.ndarray, lowest: int, below: s
     if codes.dtype.kind not in "iuf":
         raise TypeError(f"{where}: {what} must be integer regime codes, got {codes.dtype}.")
     top = len(REGIME_NAMES) - 1
-    with np.errstate(invalid="ignore"):
-        bad = ~((codes >= lowest) & (codes <= top) & (codes == np.round(codes)))
-    if np.any(bad):
-        shown = np.unique(codes[bad])[:5].tolist()
+    bad = _bad_codes(codes, lowest)
+    if bad.size:
+        shown = bad[:5].tolist()
         raise ValueError(
             f"{where}: {what} must be whole numbers in {lowest}..{top} "
             f"(0..{top}: the regimes {list(REGIME_NAMES)}; -1: {below}), got {shown}."

@@ -2751,10 +2751,20 @@ def _load_chunk(path, members, fingerprint, num_save, *, hashed=False, strict=Fa
     return None
 
 
+def _bad_codes(codes: np.ndarray, lowest: int) -> np.ndarray:
+    """The distinct values of `codes` (integers, or floats holding them) that are not
+    regime codes in `lowest .. len(REGIME_NAMES) - 1` (regime codes: `NOT_RUN`; a map's
+    predictions: -1): out of range, fractions, NaN; empty when all are codes."""
+    codes = np.asarray(codes)
+    with np.errstate(invalid="ignore"):
+        ok = (codes >= lowest) & (codes < len(REGIME_NAMES)) & (codes == np.round(codes))
+    return np.unique(codes[~ok])
+
+
 def _codes_in_range(codes: np.ndarray, lowest: int) -> bool:
     """Whether the integer `codes` of a saved file lie in `lowest .. len(REGIME_NAMES) - 1`
-    (regime codes: `NOT_RUN`; a map's predictions: -1); an empty array does."""
-    return codes.size == 0 or bool(lowest <= codes.min() and codes.max() < len(REGIME_NAMES))
+    (`_bad_codes`); an empty array does."""
+    return _bad_codes(codes, lowest).size == 0
 
 
 def _chunk_field_problem(chunk: dict, num_save: int) -> str | None:

@@ -97,18 +97,19 @@ def _check_codes(what: str, codes: np.ndarray, names, below: str) -> np.ndarray:
 
     **Raises:** `TypeError` for values that are not numbers, `ValueError` naming `what`
     for others."""
+    from ..dynamics._sweep import _bad_codes
+
     codes = np.asarray(codes)
     top = len(names) - 1
     if codes.dtype.kind not in "iuf":
         raise TypeError(
             f"plot_regime_map: {what} must hold integer regime codes, got {codes.dtype}."
         )
-    with np.errstate(invalid="ignore"):
-        bad = ~((codes >= -1) & (codes <= top) & (codes == np.round(codes)))
-    if np.any(bad):
+    bad = _bad_codes(codes, -1)
+    if bad.size:
         raise ValueError(
             f"plot_regime_map: {what} holds codes outside -1..{top} (0..{top}: the regimes "
-            f"{list(names)}; -1: {below}): {np.unique(codes[bad])[:5].tolist()}."
+            f"{list(names)}; -1: {below}): {bad[:5].tolist()}."
         )
     return codes.astype(int)
 
