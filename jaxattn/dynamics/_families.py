@@ -26,6 +26,7 @@ from ._vector_field import (
     NORMALISATIONS,
     _asarray_warn_cast,
     _is_concrete,
+    _refuse_nonfinite,
     attention_drive,
     check_causal,
     kernel_rate,
@@ -130,9 +131,7 @@ class MultiHeadDynamics(eqx.Module):
         score_shift = _asarray_warn_cast(where, "score_shift", score_shift)
         if W_o is not None:
             W_o = _asarray_warn_cast(where, "W_o", W_o)
-        for name, m in (("A", A), ("V", V), ("W_o", W_o), ("score_shift", score_shift)):
-            if m is not None and _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
-                raise ValueError(f"{where}: {name} has non-finite entries (NaN or inf).")
+        _refuse_nonfinite(where, A=A, V=V, W_o=W_o, score_shift=score_shift)
         dtype = jnp.result_type(A, V, float)
         if A.ndim != 3 or A.shape[1] != A.shape[2] or A.shape[1] < 2 or A.shape[0] < 1:
             raise ValueError(

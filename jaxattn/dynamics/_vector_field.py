@@ -292,6 +292,14 @@ def _asarray_warn_cast(where: str, name: str, value):
     return arr
 
 
+def _refuse_nonfinite(where: str, **arrays) -> None:
+    """**Raises:** `ValueError` naming the first concrete array of `arrays` (a `None` is
+    skipped) with a NaN or infinite entry; traced ones cannot be checked here."""
+    for name, m in arrays.items():
+        if m is not None and _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
+            raise ValueError(f"{where}: {name} has non-finite entries (NaN or inf).")
+
+
 def check_causal(where: str, causal) -> bool:
     """`causal` as a bool; **raises** `ValueError` naming `where` for anything but a bool
     (`"yes"` or `2` would otherwise read as `True`)."""
@@ -411,9 +419,7 @@ class AttentionDynamics(eqx.Module):
             raise ValueError(
                 f"AttentionDynamics: beta must be a scalar, got shape {self.beta.shape}."
             )
-        for name, m in (("A", self.A), ("V", self.V), ("beta", self.beta)):
-            if _is_concrete(m) and not np.all(np.isfinite(np.asarray(m))):
-                raise ValueError(f"AttentionDynamics: {name} has non-finite entries (NaN or inf).")
+        _refuse_nonfinite("AttentionDynamics", A=self.A, V=self.V, beta=self.beta)
         if self.score_shift.ndim != 0:
             raise ValueError(
                 f"AttentionDynamics: score_shift must be a scalar, got shape "
