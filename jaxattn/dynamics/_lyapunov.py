@@ -29,7 +29,7 @@ import optimistix as optx
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ..sphere import normalise, safe_norm
-from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs
+from ._ott_antonsen import _DISC_SLACK, _oa_rhs, check_ott_antonsen_inputs, oa_input_flags
 from ._solve import (
     RESULTS,
     ProjectedSolver,
@@ -572,16 +572,10 @@ def lyapunov_spectrum_ott_antonsen(
     _check_common(where, t0, t1, k, 2, num_renorm, transient, rtol, atol, max_steps)
     y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
     A, V, beta = A.astype(dtype), V.astype(dtype), beta.astype(dtype)
-    bad = ~(
-        jnp.all(jnp.isfinite(A))
-        & jnp.all(jnp.isfinite(V))
-        & jnp.isfinite(beta)
-        & jnp.all(jnp.isfinite(y0))
-    )
-    y0 = jnp.where(jnp.isfinite(y0), y0, 0)
+    # a traced β ≤ 0 is `nonpositive` (a concrete one was refused above)
+    bad, nonpositive, y0 = oa_input_flags(A, V, beta, y0)
     outside = jnp.sum(y0**2) > (1 + _DISC_SLACK) ** 2
     scale = jnp.where(jnp.sum(y0**2) > 1, 1 / jnp.sqrt(jnp.maximum(jnp.sum(y0**2), 1)), 1)
-    nonpositive = ~bad & ~(beta > 0)  # a traced β ≤ 0 (a concrete one is refused)
     y0 = jnp.where(bad | outside | nonpositive, 0, y0 * scale)
     code = RESULTS.where(
         bad,

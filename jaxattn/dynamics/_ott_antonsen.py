@@ -128,20 +128,28 @@ class OttAntonsenChecks(eqx.Module):
     nonpositive: Bool[Array, ""]  # a (finite) β ≤ 0: refused when concrete, a code when traced
 
 
-def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
-    """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks (a
-    rejected member runs a zero field from the origin: cheap, and cannot poison a batch)."""
-    y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
+def oa_input_flags(A, V, beta, y0):
+    """The per-member checks of an Ott–Antonsen input (traceable; shared by
+    `prepare_ott_antonsen` and `lyapunov_spectrum_ott_antonsen`): `bad`, a non-finite
+    `A`, `V`, `beta` or state `y0 = (Re R0, Im R0)`; `nonpositive`, a finite `beta ≤ 0`;
+    and `y0` with its non-finite entries set to 0."""
     bad = ~(
         jnp.all(jnp.isfinite(A))
         & jnp.all(jnp.isfinite(V))
         & jnp.isfinite(beta)
         & jnp.all(jnp.isfinite(y0))
     )
-    y0 = jnp.where(jnp.isfinite(y0), y0, 0)
+    nonpositive = ~bad & ~(beta > 0)
+    return bad, nonpositive, jnp.where(jnp.isfinite(y0), y0, 0)
+
+
+def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
+    """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks (a
+    rejected member runs a zero field from the origin: cheap, and cannot poison a batch)."""
+    y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
+    bad, nonpositive, y0 = oa_input_flags(A, V, beta, y0)
     y0c, over0 = _clip_disc(y0)
     outside = over0 > _DISC_SLACK
-    nonpositive = ~bad & ~(beta > 0)
     invalid = bad | outside | nonpositive
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
     problem = Problem(
