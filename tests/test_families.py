@@ -186,6 +186,36 @@ def test_multihead_bad_shapes():
         jd.MultiHeadDynamics(Z, Z, W_o=jnp.full((3, 3), jnp.inf))
 
 
+def test_multihead_usa_overflow_names_the_score_shift(getkey):
+    """A USA head whose weights overflow is refused before solving with the shift that fits
+    (the largest β_h σ_max(A_h) over the heads), as for AttentionDynamics; the field was
+    reported as "non-finite values" before."""
+    eye = jnp.eye(3)
+    field = jd.MultiHeadDynamics(
+        jnp.stack([400 * eye, eye]), jnp.stack([eye, eye]), beta=2.0, kernel="usa"
+    )
+    shift = 800 - 0.5 * math.log(float(np.finfo(np.float64).max))
+    assert jd.usa_score_shift(field) == pytest.approx(shift, rel=1e-14)
+    x0 = sample_uniform(getkey(), 6, 3)
+    match = r"simulate: USA scores reach beta\*sigma_max\(A\) = 800 .* to MultiHeadDynamics"
+    with pytest.raises(ValueError, match=match):
+        jd.simulate(field, x0, t1=1.0)
+    with pytest.raises(ValueError, match="lyapunov_spectrum: USA scores reach"):
+        jd.lyapunov_spectrum(field, x0, t1=1.0)
+    # The bound adds the heads' value norms: scores of 600 and σ_max(V_h) = e^104 fit one
+    # head (704 < log(float max) - log 64 = 705.6) but not twelve (704 + log 12 = 706.5).
+    from jaxattn.dynamics._solve import check_usa_overflow
+
+    def heads(h):
+        A = jnp.broadcast_to(300 * eye, (h, 3, 3))
+        V = jnp.broadcast_to(math.exp(104) * eye, (h, 3, 3))
+        return jd.MultiHeadDynamics(A, V, beta=2.0, kernel="usa")
+
+    check_usa_overflow("simulate", heads(1), jnp.float64)
+    with pytest.raises(ValueError, match="= 600 .* to MultiHeadDynamics"):
+        jd.simulate(heads(12), x0, t1=1.0)
+
+
 # ------------------------------------------------------------------------ causal masking
 
 

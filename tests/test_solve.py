@@ -160,8 +160,16 @@ def test_vmap_members_equal_solo_runs_and_failures_stay_local():
 
 def test_max_steps_raises_with_throw():
     A, V = _matrices(jax.random.key(4))
-    with pytest.raises(Exception, match="maximum number of solver steps"):
-        simulate(AttentionDynamics(A, V, beta=400.0), _x0(), t1=5.0, num_save=11, max_steps=300)
+    field = AttentionDynamics(A, V, beta=400.0)
+    # Eagerly a plain RuntimeError naming the code and the way to keep the result.
+    with pytest.raises(RuntimeError, match="simulate: the solve did not succeed: The maximum ") as e:
+        simulate(field, _x0(), t1=5.0, num_save=11, max_steps=300)
+    assert "throw=False" in str(e.value) and "Trajectory.result" in str(e.value)
+    assert not isinstance(e.value, eqx.EquinoxRuntimeError)
+    # Under jit the check runs with the program.
+    run = jax.jit(lambda f: simulate(f, _x0(), t1=5.0, num_save=11, max_steps=300).xs)
+    with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="maximum"):
+        run(field)
     traj = _run(A, V, 400.0)
     assert traj.result == RESULTS.max_steps_reached
 

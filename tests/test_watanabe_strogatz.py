@@ -302,6 +302,12 @@ def test_bad_input():
     assert [bool(v) for v in sol.constants.valid] == [True, False, False]
     with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="degenerate"):
         jax.jit(lambda th: solve_watanabe_strogatz(I2, V, th, t1=1.0, ts=ts).zeta)(batch[1])
+    # Eagerly, a solve that fails is a plain RuntimeError naming the code.
+    few = solve_watanabe_strogatz(I2, V, good, t1=10.0, max_steps=2, throw=False)
+    assert bool(few.result == RESULTS.max_steps_reached)
+    with pytest.raises(RuntimeError, match="solve_watanabe_strogatz: .*maximum number") as e:
+        solve_watanabe_strogatz(I2, V, good, t1=10.0, max_steps=2)
+    assert "WatanabeStrogatzSolution.result" in str(e.value)
 
 
 def test_token_speeds_equal_the_motion_of_the_reconstructed_tokens(runs):

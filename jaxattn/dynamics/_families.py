@@ -20,7 +20,7 @@ from jaxtyping import Array, Complex, Float
 from .._custom_types import Tokens
 from ..sphere import normalise
 from ._ott_antonsen import DiscProjection, OttAntonsenSolution, ott_antonsen_field
-from ._solve import RESULTS, save_times, step_statistics
+from ._solve import RESULTS, raise_on_failure, save_times, step_statistics
 from ._vector_field import (
     KERNELS,
     NORMALISATIONS,
@@ -569,7 +569,6 @@ def solve_homogenised_ott_antonsen(
         int(max_steps),
     )
     if throw:
-        sol = eqx.tree_at(
-            lambda s: s.R, sol, sol.result.error_if(sol.R, sol.result != RESULTS.successful)
-        )
+        R = raise_on_failure(where, sol.result, sol.R, "OttAntonsenSolution.result")
+        sol = eqx.tree_at(lambda s: s.R, sol, R)
     return sol

@@ -40,10 +40,11 @@ from ._solve import (
     check_usa_overflow,
     flow_manifold,
     input_result,
+    is_builtin_flow,
     promote_result,
     warn_off_sphere,
 )
-from ._vector_field import AttentionDynamics, _is_concrete
+from ._vector_field import _is_concrete
 
 __all__ = [
     "LyapunovSpectrum",
@@ -490,9 +491,9 @@ def lyapunov_spectrum(
     if transient is None:
         transient = 0.1 * (t1 - t0)
     _check_common(where, t0, t1, k, dim, num_renorm, transient, rtol, atol, max_steps)
-    if not isinstance(field, AttentionDynamics):
-        check_flow(where, field, x0, jnp.asarray(t0, dtype), manifold)
     check_usa_overflow(where, field, dtype)
+    if not is_builtin_flow(field):
+        check_flow(where, field, x0, jnp.asarray(t0, dtype), manifold)
     # the per-member checks of `simulate` (non-finite input, zero token, β ≤ 0, USA overflow)
     checks, x_start = check_particle_inputs(field, x0)
     W0 = _initial_tangents(key, int(k), x0.shape, dtype)

@@ -22,7 +22,14 @@ from .._custom_types import Matrix
 from ..sphere import _atan2, _sincos
 from ._circle import _check_2x2, _check_scalar, kuramoto_daido_coupling
 from ._segments import Problem, solve_problem
-from ._solve import RESULTS, ProjectedSolver, Solution, save_times, step_statistics
+from ._solve import (
+    RESULTS,
+    ProjectedSolver,
+    Solution,
+    raise_on_failure,
+    save_times,
+    step_statistics,
+)
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -259,7 +266,9 @@ def solve_ott_antonsen(
       `num_save` equally spaced times.
     - `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`: as in `diffrax.diffeqsolve`
       (adaptive steps through `diffrax.PIDController(rtol, atol)`).
-    - `throw`: raise if the solve is not successful.
+    - `throw`: raise if the solve is not successful: a `RuntimeError` naming the `RESULTS`
+      code (e.g. `max_steps` reached), or under `jit`/`vmap` equinox's
+      `EquinoxRuntimeError`.
 
     **Returns:** an `OttAntonsenSolution` (`R` complex of shape `(times,)`).
 
@@ -294,7 +303,7 @@ def solve_ott_antonsen(
     )
     if throw:
         R = eqx.error_if(sol.R, outside, f"{where}: |R0| > 1; R₂ lies in the closed unit disc.")
-        R = sol.result.error_if(R, sol.result != RESULTS.successful)
+        R = raise_on_failure(where, sol.result, R, "OttAntonsenSolution.result")
         sol = eqx.tree_at(lambda s: s.R, sol, R)
     return sol
 

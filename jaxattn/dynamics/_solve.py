@@ -637,18 +637,41 @@ def promote_result(result) -> RESULTS:
     return RESULTS.where(result == RESULTS.dt_min_reached, RESULTS.time_stalled, result)
 
 
+def raise_on_failure(where: str, result: RESULTS, x, result_field: str):
+    """`x` unchanged if `result` is `RESULTS.successful`; else an error that names the
+    code: what `throw=True` does for the solvers.
+
+    Outside `jit`/`vmap` (a concrete `result`) it is a plain `RuntimeError` raised here,
+    with the way to keep the result (`throw=False`, the code in `result_field`). Traced,
+    the check runs with the program (`error_if`), which raises equinox's
+    `EquinoxRuntimeError` with the code's message.
+
+    **Raises:** `RuntimeError` (concrete `result`) as above.
+    """
+    if result.is_traced():
+        return result.error_if(x, result != RESULTS.successful)
+    codes = np.asarray(result._value).reshape(-1)
+    bad = codes[codes != int(RESULTS.successful._value)]
+    if bad.size == 0:
+        return x
+    raise RuntimeError(
+        f"{where}: the solve did not succeed: {RESULTS._index_to_message[int(bad[0])]}. Pass "
+        f"throw=False to get the result anyway, with its code in {result_field}."
+    )
+
+
 def usa_overflow_message(where: str, field, dtype) -> str:
     """The refusal of a USA field whose weights can overflow `dtype`, with the smallest
     `score_shift` that fits (`usa_score_shift`) and, in float32 only, float64 as the other
     way out."""
-    bound = float(field.score_bound())
+    bound = _concrete_score_bound(field)
     shift = usa_score_shift(field, dtype)
     name = jnp.dtype(dtype).name
     lines = (
         f"{where}: USA scores reach beta*sigma_max(A) = {bound:.4g} with score_shift = "
         f"{float(field.score_shift):.4g}; exp of that overflows {name} (log of its max ≈ "
         f"{math.log(float(jnp.finfo(dtype).max)):.1f}). Pass score_shift={shift:.6g} to "
-        f"AttentionDynamics (usa_score_shift; `--score-shift auto` on the command line). "
+        f"{type(field).__name__} (usa_score_shift; `--score-shift auto` on the command line). "
         f"It rescales time by exp(score_shift): the horizon t1 then covers the physical time "
         f"t1 * exp(-{shift:.4g})"
     )
@@ -670,22 +693,30 @@ def _usa_log_limit(dtype) -> float:
     return math.log(float(jnp.finfo(dtype).max)) - math.log(64.0)
 
 
+def _concrete_score_bound(field) -> float:
+    """`β σ_max(A)` of a field with concrete `A` and `beta`; the largest over the heads of a
+    multi-head field (`A` of shape `(heads, d, d)`, `beta` a scalar or `(heads,)`)."""
+    sigma = np.linalg.norm(np.asarray(field.A), 2, axis=(-2, -1))
+    return float(np.max(np.abs(np.asarray(field.beta)) * sigma))
+
+
 def usa_score_shift(field, dtype=None) -> float:
     r"""The USA `score_shift` that `jaxattn` uses when asked for `"auto"`:
-    `max(0, β σ_max(A) − ½ log(float max))`.
+    `max(0, β σ_max(A) − ½ log(float max))` (the largest `β_h σ_max(A_h)` over the heads of
+    a `MultiHeadDynamics`).
 
     It leaves half the exponent range between the largest weight `exp(β σ_max(A) − shift)`
     and the float limit (so the field, the stage sums and the weights of less aligned pairs
     stay representable), and is zero whenever the unshifted scores fit. Time is rescaled by
     `exp(shift)`: the horizon `t1` covers the physical time `t1 · exp(−shift)`.
 
-    **Arguments:** `field` an `AttentionDynamics` with concrete `A` and `beta`; `dtype`
-    the solve's float type (default: that of `field.A`).
+    **Arguments:** `field` an `AttentionDynamics` or `MultiHeadDynamics` with concrete `A`
+    and `beta`; `dtype` the solve's float type (default: that of `field.A`).
 
     **Returns:** the shift, a Python float.
     """
     dtype = field.A.dtype if dtype is None else dtype
-    bound = float(abs(np.asarray(field.beta))) * float(np.linalg.norm(np.asarray(field.A), 2))
+    bound = _concrete_score_bound(field)
     return max(0.0, bound - 0.5 * math.log(float(jnp.finfo(dtype).max)))
 
 
@@ -718,24 +749,41 @@ def usa_log_bound(field) -> Float[Array, ""]:
     )
 
 
+def is_builtin_flow(field) -> bool:
+    """Whether `field` is one of jaxattn's attention flows (`AttentionDynamics`,
+    `MultiHeadDynamics`): tangent and finite by construction for checked weights, so the
+    solvers skip `check_flow`'s probe. (The probe's tangency test is relative to the
+    velocity; a USA drive that is huge and nearly radial, as with a large `score_shift`,
+    leaves a rounding error of the projection beyond it.)"""
+    from ._families import MultiHeadDynamics  # that module imports this one
+
+    return isinstance(field, (AttentionDynamics, MultiHeadDynamics))
+
+
 def check_usa_overflow(where: str, field, dtype) -> None:
-    """Refuse, before solving, a USA `AttentionDynamics` with concrete finite `A`, `V`,
-    `beta` whose weights can overflow `dtype` (shared by `simulate` and
-    `lyapunov_spectrum`; a traced field is checked per member by `check_particle_inputs`).
+    """Refuse, before solving, a USA `AttentionDynamics` or `MultiHeadDynamics` with
+    concrete finite `A`, `V`, `beta` whose weights can overflow `dtype` (shared by
+    `simulate` and `lyapunov_spectrum`; a traced `AttentionDynamics` is checked per member
+    by `check_particle_inputs`). For several heads the bound takes the largest score and
+    the sum of the value maps' norms (times `‖W_o‖₂`).
 
     **Raises:** `ValueError` prefixed with `where`, giving the smallest `score_shift` that
     fits (`usa_overflow_message`)."""
-    if not (isinstance(field, AttentionDynamics) and field.kernel == "usa"):
+    if not (is_builtin_flow(field) and field.kernel == "usa"):
         return
-    arrays = (field.A, field.V, field.beta, field.score_shift)
+    W_o = getattr(field, "W_o", None)
+    arrays = (field.A, field.V, field.beta, field.score_shift) + (() if W_o is None else (W_o,))
     if not all(_is_concrete(a) for a in arrays):
         return
     if not all(np.all(np.isfinite(np.asarray(a))) for a in arrays):
         return  # non-finite input: reported as such
+    values = np.linalg.norm(np.asarray(field.V), 2, axis=(-2, -1))
+    if W_o is not None:
+        values = values * np.linalg.norm(np.asarray(W_o), 2, axis=(-2, -1))
     log_bound = (
-        float(abs(np.asarray(field.beta))) * float(np.linalg.norm(np.asarray(field.A), 2))
+        _concrete_score_bound(field)
         - float(field.score_shift)
-        + math.log(max(float(np.linalg.norm(np.asarray(field.V), 2)), 1.0))
+        + math.log(max(float(np.sum(values)), 1.0))
     )
     if log_bound > _usa_log_limit(dtype):
         raise ValueError(usa_overflow_message(where, field, dtype))
@@ -1002,8 +1050,9 @@ def simulate(
     non-positive `rtol`/`atol`, non-finite `A`, `V`, `beta`, or a USA field whose weights would
     overflow; for a flow that is not a module, cannot be traced, returns the wrong shape,
     non-finite values or (on the sphere) non-tangent vectors at `x0` (the flow is named).
-    With `throw=True` and traced inputs, these and solver failures (e.g.
-    `max_steps` reached) raise an `EquinoxRuntimeError` naming the `RESULTS` code.
+    With `throw=True` a solve that does not succeed (e.g. `max_steps` reached) raises a
+    `RuntimeError` naming the `RESULTS` code; under `jit`/`vmap` (traced inputs) these and
+    the input problems above raise equinox's `EquinoxRuntimeError` naming it instead.
 
     Source: Li et al. (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eq. (1.1).
     """
@@ -1013,7 +1062,7 @@ def simulate(
             f"dx/dt, got {type(field).__name__}."
         )
     manifold = flow_manifold(field)
-    builtin = isinstance(field, AttentionDynamics)
+    builtin = is_builtin_flow(field)
     d = field.d if isinstance(getattr(field, "d", None), int) else None
     rescaled = False
     if manifold == "sphere":
@@ -1031,9 +1080,9 @@ def simulate(
     x0 = x0.astype(dtype)
     if any(leaf.dtype != dtype for leaf in float_leaves):
         field = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, field)
+    check_usa_overflow("simulate", field, dtype)
     if not builtin:
         check_flow("simulate", field, x0, jnp.asarray(t0, dtype), manifold)
-    check_usa_overflow("simulate", field, dtype)
     # BacksolveAdjoint re-solves the flow and its adjoint backwards in continuous time. It
     # cannot follow the per-step projection (a discrete map, not part of the ODE; diffrax
     # fails with a TypeError about WrapTerm). Without projection it is supported: an
@@ -1083,9 +1132,6 @@ def simulate(
         value = deviation if deviation <= float(jnp.finfo(held).max) else np.inf
         traj = eqx.tree_at(lambda tr: tr.initial_deviation, traj, jnp.asarray(value, held))
     if throw:
-        traj = eqx.tree_at(
-            lambda tr: tr.xs,
-            traj,
-            traj.result.error_if(traj.xs, traj.result != RESULTS.successful),
-        )
+        xs = raise_on_failure("simulate", traj.result, traj.xs, "Trajectory.result")
+        traj = eqx.tree_at(lambda tr: tr.xs, traj, xs)
     return traj

@@ -47,7 +47,7 @@ from ..sphere import _atan2, _sort
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection
 from ._segments import Problem, solve_problem
-from ._solve import RESULTS, Solution, save_times, step_statistics
+from ._solve import RESULTS, Solution, raise_on_failure, save_times, step_statistics
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -752,6 +752,8 @@ def solve_watanabe_strogatz(
         adjoint,
     )
     if throw:
-        zeta = sol.result.error_if(sol.zeta, sol.result != RESULTS.successful)
+        zeta = raise_on_failure(
+            "solve_watanabe_strogatz", sol.result, sol.zeta, "WatanabeStrogatzSolution.result"
+        )
         sol = eqx.tree_at(lambda s: s.zeta, sol, zeta)
     return sol
