@@ -162,7 +162,9 @@ def test_max_steps_raises_with_throw():
     A, V = _matrices(jax.random.key(4))
     field = AttentionDynamics(A, V, beta=400.0)
     # Eagerly a plain RuntimeError naming the code and the way to keep the result.
-    with pytest.raises(RuntimeError, match="simulate: the solve did not succeed: The maximum ") as e:
+    with pytest.raises(
+        RuntimeError, match="simulate: the solve did not succeed: The maximum "
+    ) as e:
         simulate(field, _x0(), t1=5.0, num_save=11, max_steps=300)
     assert "throw=False" in str(e.value) and "Trajectory.result" in str(e.value)
     assert not isinstance(e.value, eqx.EquinoxRuntimeError)
@@ -171,6 +173,7 @@ def test_max_steps_raises_with_throw():
     with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="maximum"):
         run(field)
     traj = _run(A, V, 400.0)
+    assert "steps`. Pass" in str(e.value)  # one full stop between the two sentences
     assert traj.result == RESULTS.max_steps_reached
 
 
@@ -354,3 +357,40 @@ def test_bad_times_and_tolerances(kwargs, message):
     x0 = sample_uniform(jax.random.key(0), 4, 2)
     with pytest.raises(ValueError, match=message):
         simulate(field, x0, **kwargs)
+
+
+@pytest.mark.parametrize("half", [jnp.float16, jnp.bfloat16])
+@pytest.mark.filterwarnings("error::UserWarning")
+def test_half_precision_is_refused_by_name(half):
+    """float16 / bfloat16 inputs (refused before any warning) made a half-precision solve
+    that ran to max_steps (simulate, solve_ott_antonsen), or failed inside JAX (a TypeError
+    from the complex arithmetic of the Watanabe–Strogatz constants, a LAPACK
+    NotImplementedError in lyapunov_spectrum)."""
+    from jaxattn.dynamics import (
+        MultiHeadDynamics,
+        lyapunov_spectrum,
+        solve_ott_antonsen,
+        solve_watanabe_strogatz,
+        watanabe_strogatz_constants,
+    )
+
+    A = jnp.array([[1.0, 0.2], [0.1, 0.5]], half)
+    V = jnp.array([[0.2, 1.0], [-1.0, -0.2]], half)
+    x0 = sample_uniform(jax.random.key(0), 8, 2, dtype=jnp.float64).astype(half)
+    theta = jnp.array([0.1, 0.9, 2.0, -1.3], half)
+    name = jnp.dtype(half).name
+    heads = MultiHeadDynamics(jnp.stack([A, A]), jnp.stack([V, V]))
+    calls = {
+        "simulate": lambda: simulate(AttentionDynamics(A, V), x0, t1=1.0),
+        "lyapunov_spectrum": lambda: lyapunov_spectrum(AttentionDynamics(A, V), x0, t1=5.0),
+        "solve_ott_antonsen": lambda: solve_ott_antonsen(A, V, 0.3, t1=1.0),
+        "solve_watanabe_strogatz": lambda: solve_watanabe_strogatz(A, V, theta, t1=1.0),
+        "watanabe_strogatz_constants": lambda: watanabe_strogatz_constants(theta),
+    }
+    for where, call in calls.items():
+        # (the Watanabe–Strogatz solve refuses through its constants)
+        where = where.replace("solve_watanabe_strogatz", "watanabe_strogatz_constants")
+        with pytest.raises(ValueError, match=rf"{where}: the inputs make a {name} solve"):
+            call()
+    with pytest.raises(ValueError, match=rf"simulate: the inputs make a {name} solve"):
+        simulate(heads, x0, t1=1.0)

@@ -36,6 +36,7 @@ from ._solve import (
     _StallGuardPID,
     check_flow,
     check_particle_inputs,
+    check_solve_dtype,
     check_tokens,
     check_usa_overflow,
     flow_manifold,
@@ -480,9 +481,10 @@ def lyapunov_spectrum(
     manifold = flow_manifold(field)
     d = field.d if isinstance(getattr(field, "d", None), int) else None
     x0, deviation = check_tokens(x0, d)
-    warn_off_sphere(where, manifold, deviation)
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves), float)
+    check_solve_dtype(where, dtype)
+    warn_off_sphere(where, manifold, deviation)
     x0 = x0.astype(dtype)
     if any(leaf.dtype != dtype for leaf in float_leaves):
         field = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, field)

@@ -654,8 +654,9 @@ def raise_on_failure(where: str, result: RESULTS, x, result_field: str):
     bad = codes[codes != int(RESULTS.successful._value)]
     if bad.size == 0:
         return x
+    message = RESULTS._index_to_message[int(bad[0])].rstrip(".")
     raise RuntimeError(
-        f"{where}: the solve did not succeed: {RESULTS._index_to_message[int(bad[0])]}. Pass "
+        f"{where}: the solve did not succeed: {message}. Pass "
         f"throw=False to get the result anyway, with its code in {result_field}."
     )
 
@@ -940,6 +941,23 @@ def check_rtol_below_one(where: str, rtol) -> None:
         )
 
 
+def check_solve_dtype(where: str, dtype) -> None:
+    """Refuse a solve in half precision (float16, bfloat16): 3 significant digits are
+    below any useful tolerance (the adaptive steps shrink until `max_steps`) and the
+    complex arithmetic and linear algebra have no half-precision kernels (they failed deep
+    inside JAX). Shared by the solvers through `save_times`, and by `lyapunov_spectrum`
+    and `watanabe_strogatz_constants`.
+
+    **Raises:** `ValueError` naming the dtype, prefixed with `where`."""
+    dt = jnp.dtype(dtype)
+    if jnp.issubdtype(dt, jnp.inexact) and jnp.finfo(dt).bits < 32:
+        raise ValueError(
+            f"{where}: the inputs make a {dt.name} solve; half precision is not supported "
+            f"(about 3 significant digits, below any useful tolerance). Cast A, V and the "
+            f"initial state to float32 or float64."
+        )
+
+
 def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_steps=None):
     """Check the time interval, save times and tolerances of a solve; build default `ts`.
 
@@ -950,8 +968,10 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
 
     **Returns:** `ts` as an array of `dtype` (default: `num_save` equally spaced times).
 
-    **Raises:** `ValueError` naming the argument, prefixed with `where`.
+    **Raises:** `ValueError` naming the argument, prefixed with `where`; for a
+    half-precision `dtype` (`check_solve_dtype`).
     """
+    check_solve_dtype(where, dtype)
     if t1 is None:
         raise ValueError(f"{where}: t1 is required.")
     for name, value in (("t0", t0), ("t1", t1)):
@@ -1047,9 +1067,10 @@ def simulate(
 
     **Raises:** `ValueError` for wrong shapes, `n = 0`, non-finite or zero initial tokens
     (the index is named), non-finite `t0`/`t1` or `t1 ≤ t0`, `ts` outside `[t0, t1]`,
-    non-positive `rtol`/`atol`, non-finite `A`, `V`, `beta`, or a USA field whose weights would
-    overflow; for a flow that is not a module, cannot be traced, returns the wrong shape,
-    non-finite values or (on the sphere) non-tangent vectors at `x0` (the flow is named).
+    non-positive `rtol`/`atol`, non-finite `A`, `V`, `beta`, half-precision inputs (float16,
+    bfloat16), or a USA field whose weights would overflow; for a flow that is not a module,
+    cannot be traced, returns the wrong shape, non-finite values or (on the sphere)
+    non-tangent vectors at `x0` (the flow is named).
     With `throw=True` a solve that does not succeed (e.g. `max_steps` reached) raises a
     `RuntimeError` naming the `RESULTS` code; under `jit`/`vmap` (traced inputs) these and
     the input problems above raise equinox's `EquinoxRuntimeError` naming it instead.
@@ -1074,9 +1095,10 @@ def simulate(
     x0, deviation = check_tokens(x0, d, allow_zero=manifold == "euclidean" and not builtin)
     if rescaled and deviation is not None:  # that of the tokens as given
         deviation = float(np.max(np.abs(_row_norms(np.asarray(x_given)) - 1)))
-    warn_off_sphere("simulate", manifold, deviation)
     float_leaves = jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array))
     dtype = jnp.result_type(x0.dtype, *(leaf.dtype for leaf in float_leaves))
+    check_solve_dtype("simulate", dtype)
+    warn_off_sphere("simulate", manifold, deviation)
     x0 = x0.astype(dtype)
     if any(leaf.dtype != dtype for leaf in float_leaves):
         field = jax.tree.map(lambda a: a.astype(dtype) if eqx.is_inexact_array(a) else a, field)

@@ -214,7 +214,7 @@ def _real_array(where: str, name: str, x):
             x = jnp.asarray(x)  # lists of traced numbers included
         except (TypeError, ValueError) as err:
             raise ValueError(f"{where}: {name} is not an array of numbers ({err}).") from None
-    if np.dtype(x.dtype).kind not in "biuf":
+    if not (np.dtype(x.dtype).kind in "biu" or jnp.issubdtype(x.dtype, jnp.floating)):
         raise ValueError(f"{where}: {name} must hold real numbers, got dtype {x.dtype}.")
     return x
 

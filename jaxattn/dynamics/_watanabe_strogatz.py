@@ -47,7 +47,14 @@ from ..sphere import _atan2, _sort
 from ._circle import _check_2x2, _check_angles, _check_scalar, doubled_phase_forcing
 from ._ott_antonsen import DiscProjection
 from ._segments import Problem, solve_problem
-from ._solve import RESULTS, Solution, raise_on_failure, save_times, step_statistics
+from ._solve import (
+    RESULTS,
+    Solution,
+    check_solve_dtype,
+    raise_on_failure,
+    save_times,
+    step_statistics,
+)
 from ._vector_field import _is_concrete
 
 __all__ = [
@@ -319,11 +326,11 @@ def watanabe_strogatz_constants(
 
     **Returns:** a `WatanabeStrogatzConstants`.
 
-    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, `points` is not a real
-    `(n, 2)` array, or (concrete input) a token of `points` is not finite or not that of
-    `theta0`, an angle
-    is non-finite, a point `e^{2iθ_k}` carries at least half of the tokens, or the
-    barycentre iteration fails. Under `jit`/`vmap` failure is reported by `valid = False`.
+    **Raises:** `ValueError` if `theta0` is not 1-d, `n < 3`, half precision (float16,
+    bfloat16), `points` is not a real `(n, 2)` array, or (concrete input) a token of
+    `points` is not finite or not that of `theta0`, an angle is non-finite, a point
+    `e^{2iθ_k}` carries at least half of the tokens, or the barycentre iteration fails.
+    Under `jit`/`vmap` failure is reported by `valid = False`.
 
     Source: Pikovsky & Rosenblum, PRL 101, 264103 (2008), eqs. (4)–(6); Marvel, Mirollo &
     Strogatz, Chaos 19, 043104 (2009); Watanabe & Strogatz, Physica D 74, 197 (1994).
@@ -340,6 +347,7 @@ def watanabe_strogatz_constants(
         )
     if not jnp.issubdtype(theta0.dtype, jnp.floating):
         theta0 = theta0.astype(jnp.result_type(float))
+    check_solve_dtype(where, theta0.dtype)
     if tol is None:
         tol = 1e2 * float(jnp.finfo(theta0.dtype).eps)
     if points is not None:
