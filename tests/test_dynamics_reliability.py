@@ -530,7 +530,7 @@ def test_a_relative_tolerance_of_one_or_more_is_refused():
     field = AttentionDynamics(jnp.eye(2), jnp.eye(2))
     with pytest.raises(ValueError, match="simulate: rtol must be below 1 .* got 10.0"):
         simulate(field, _x0(4), t1=1.0, rtol=10.0)
-    with pytest.raises(ValueError, match="sweep: rtol must be below 1"):
+    with pytest.raises(ValueError, match="Integration: rtol must be below 1"):
         Integration(rtol=1.0)
     with pytest.raises(ValueError, match="simulate: rtol must be a number, got '1e-3'"):
         simulate(field, _x0(4), t1=1.0, rtol="1e-3")

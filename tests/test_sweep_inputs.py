@@ -629,3 +629,19 @@ def test_segments_divide_max_steps_and_short_ones_are_warned():
         warnings.filterwarnings("ignore", message="sweep: every one of .* undetermined")
         whole = sweep(A4, V4, 1.0, 0, max_steps=K // 2 - 1, **kw)
     assert whole.plan["segment_steps"] == [K // 2 - 1]
+
+
+def test_the_parts_name_themselves_and_judge_refuses_a_window_past_one():
+    """Integration, Judge, Runner and Members are built by users directly: their errors name
+    the part (they said "sweep:"). A window above 1 was accepted by Judge and refused only
+    when a sweep started."""
+    with pytest.raises(ValueError, match="Integration: t1 must be a finite positive"):
+        Integration(-1.0)
+    with pytest.raises(ValueError, match=r"Judge: window must be in \(0, 1\].* got 2.0"):
+        Judge(window=2.0)
+    assert Judge(window=1.0).window == 1.0
+    with pytest.raises(ValueError, match="Runner: chunk_size must be an integer >= 1"):
+        Runner(chunk_size=0)
+    flow = AttentionDynamics(jnp.eye(2), jnp.eye(2))
+    with pytest.raises(ValueError, match="Members: method must be one of"):
+        Members(flow, method="nope", batched=False)

@@ -339,14 +339,14 @@ class Members(eqx.Module):
     ):
         where = "Members"
         if method not in METHODS:
-            raise ValueError(f"sweep: method must be one of {METHODS}, got {method!r}.")
+            raise ValueError(f"{where}: method must be one of {METHODS}, got {method!r}.")
         if not isinstance(flow, eqx.Module) or not callable(flow):
             raise ValueError(
                 f"{where}: flow must be an eqx.Module vector field flow(t, x, args), got "
                 f"{type(flow).__name__}."
             )
         if not (callable(init) or init in INITS):
-            raise ValueError(f"sweep: init must be one of {INITS} or a callable, got {init!r}.")
+            raise ValueError(f"{where}: init must be one of {INITS} or a callable, got {init!r}.")
         if callable(init) and method != "particles":
             raise ValueError(f"{where}: a callable init law needs method='particles'.")
         if init == "uniform" and method == "ott_antonsen":
@@ -355,13 +355,13 @@ class Members(eqx.Module):
                 "ODE; use 'wrapped_cauchy' or 'disc'."
             )
         if isinstance(n, (bool, str, bytes)) or not float(n).is_integer():
-            raise ValueError(f"sweep: n must be an integer number of tokens, got n={n!r}.")
+            raise ValueError(f"{where}: n must be an integer number of tokens, got n={n!r}.")
         if int(n) < 1:
-            raise ValueError(f"sweep: need n >= 1 tokens, got n={n}.")
+            raise ValueError(f"{where}: need n >= 1 tokens, got n={n}.")
         if method == "watanabe_strogatz" and int(n) < 3:
-            raise ValueError(f"sweep: the Watanabe–Strogatz reduction needs n >= 3, got n={n}.")
+            raise ValueError(f"{where}: the Watanabe–Strogatz reduction needs n >= 3, got n={n}.")
         if not 0 <= float(r0) < 1:
-            raise ValueError(f"sweep: r0 = |R₂(0)| must lie in [0, 1), got r0={r0}.")
+            raise ValueError(f"{where}: r0 = |R₂(0)| must lie in [0, 1), got r0={r0}.")
         seeds = np.atleast_1d(np.asarray(seeds))
         if (
             seeds.ndim != 1
@@ -370,7 +370,7 @@ class Members(eqx.Module):
             or np.any(seeds >= 2**32)
         ):
             raise ValueError(
-                f"sweep: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
+                f"{where}: seeds must be integers in [0, 2**32), got {seeds.tolist()[:8]} "
                 f"(dtype {seeds.dtype})."
             )
         leaves = [x for x in jax.tree_util.tree_leaves(flow) if eqx.is_array_like(x)]
@@ -394,7 +394,7 @@ class Members(eqx.Module):
         else:
             B = seeds.shape[0]
         if B == 0:
-            raise ValueError("sweep: empty batch (no members).")
+            raise ValueError(f"{where}: empty batch (no members).")
         seeds = np.broadcast_to(seeds.astype(np.uint32), (B,)).copy()
         flow_d = _flow_d(flow, batched)
         if d is not None and flow_d is not None and int(d) != flow_d:
@@ -417,7 +417,7 @@ class Members(eqx.Module):
                     else f"the flow {type(flow).__name__} (not AttentionDynamics)"
                 )
                 raise ValueError(
-                    f"sweep: method={method!r} is the d = 2 LSA reduction of "
+                    f"{where}: method={method!r} is the d = 2 LSA reduction of "
                     f"AttentionDynamics; got d = {d}, {got}. Use method='particles' for "
                     "other flows."
                 )
@@ -514,7 +514,7 @@ class Integration(eqx.Module):
         max_steps: int = 16384,
         dtype=None,
     ):
-        where = "sweep"
+        where = "Integration"
         if time_scale not in ("natural", "physical"):
             raise ValueError(
                 f"{where}: time_scale must be 'natural' or 'physical', got {time_scale!r}."
@@ -540,7 +540,7 @@ class Judge(eqx.Module):
 
     **Arguments:**
 
-    - `window`: the late fraction of the save times the classifier reads.
+    - `window`: the late fraction of the save times the classifier reads, in `(0, 1]`.
     - `cluster_tol`: the angular tolerance of the final cluster structure (radians).
     - `gap_floor`: the clustering gap read as "on the circle"; `None` means
       `max(default_gap_floor(dtype), 10 rtol)` (saved states jitter at the solver
@@ -578,10 +578,15 @@ class Judge(eqx.Module):
         lyapunov: int = 0,
         lyapunov_renorm: int = 200,
     ):
-        where = "sweep"
+        where = "Judge"
         self.lyapunov = _count(where, "lyapunov", lyapunov, 0)
         self.lyapunov_renorm = _count(where, "lyapunov_renorm", lyapunov_renorm, 2)
         self.window = _positive(where, "window", window)
+        if self.window > 1:
+            raise ValueError(
+                f"{where}: window must be in (0, 1] (the late fraction of the run the rules "
+                f"read), got {window!r}."
+            )
         self.cluster_tol = _positive(where, "cluster_tol", cluster_tol)
         self.gap_floor = _positive(where, "gap_floor", gap_floor, allow_none=True)
         self.rest_tol = _positive(where, "rest_tol", rest_tol, allow_none=True)
@@ -771,7 +776,7 @@ class Runner(eqx.Module):
         progress: bool = True,
         on_chunk: Callable[[int, dict], Any] | None = None,
     ):
-        where = "sweep"
+        where = "Runner"
         if strategy not in ("auto", "compact", "lockstep"):
             raise ValueError(
                 f"{where}: strategy must be 'auto', 'compact' or 'lockstep', got {strategy!r}."
