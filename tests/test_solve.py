@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from jaxattn.dynamics import RESULTS, AttentionDynamics, simulate
+from jaxattn.dynamics import usa_score_shift as jd_usa_score_shift
 from jaxattn.dynamics._presets import preset
 from jaxattn.dynamics._regimes import classify_regime as _classify_eager
 from jaxattn.dynamics._regimes import regime_name
@@ -369,6 +370,7 @@ def test_half_precision_is_refused_by_name(half):
     from jaxattn.dynamics import (
         MultiHeadDynamics,
         lyapunov_spectrum,
+        lyapunov_spectrum_ott_antonsen,
         solve_ott_antonsen,
         solve_watanabe_strogatz,
         watanabe_strogatz_constants,
@@ -386,6 +388,9 @@ def test_half_precision_is_refused_by_name(half):
         "solve_ott_antonsen": lambda: solve_ott_antonsen(A, V, 0.3, t1=1.0),
         "solve_watanabe_strogatz": lambda: solve_watanabe_strogatz(A, V, theta, t1=1.0),
         "watanabe_strogatz_constants": lambda: watanabe_strogatz_constants(theta),
+        "lyapunov_spectrum_ott_antonsen": lambda: lyapunov_spectrum_ott_antonsen(
+            A, V, 0.3 + 0.1j, t1=10.0
+        ),
     }
     for where, call in calls.items():
         # (the Watanabe–Strogatz solve refuses through its constants)
@@ -394,3 +399,25 @@ def test_half_precision_is_refused_by_name(half):
             call()
     with pytest.raises(ValueError, match=rf"simulate: the inputs make a {name} solve"):
         simulate(heads, x0, t1=1.0)
+
+
+def test_the_suggested_score_shift_passes_the_overflow_check():
+    """Value maps so large that they add to the bound (|V| = 1e20 in float32): the shift
+    the refusal suggested was usa_score_shift, which left the bound over the limit, so the
+    field built with it was refused again with the same number."""
+    import re
+
+    from jaxattn.dynamics._solve import check_usa_overflow
+
+    A = 2 * jnp.eye(2, dtype=jnp.float32)
+    V = 1e20 * jnp.eye(2, dtype=jnp.float32)
+    field = AttentionDynamics(A, V, beta=40.0, kernel="usa")
+    with pytest.raises(ValueError, match="Pass score_shift=") as e:
+        check_usa_overflow("simulate", field, jnp.float32)
+    shift = float(re.search(r"Pass score_shift=([0-9.e+]+)", str(e.value)).group(1))
+    # 80 + log(1e20) - (log(float32 max) - log 64) = 80 + 46.05 - 84.56: above the 35.64
+    # that leaves half the exponent range to the scores alone.
+    assert shift > 41.4 and shift > float(jd_usa_score_shift(field, jnp.float32))
+    check_usa_overflow(
+        "simulate", AttentionDynamics(A, V, beta=40.0, kernel="usa", score_shift=shift), jnp.float32
+    )

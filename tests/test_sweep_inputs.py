@@ -645,3 +645,25 @@ def test_the_parts_name_themselves_and_judge_refuses_a_window_past_one():
     flow = AttentionDynamics(jnp.eye(2), jnp.eye(2))
     with pytest.raises(ValueError, match="Members: method must be one of"):
         Members(flow, method="nope", batched=False)
+
+
+def test_bfloat16_flows_are_cast_and_hashed_like_float16():
+    """A bfloat16 flow stayed bfloat16 in the sweep (NumPy does not call bfloat16 floating)
+    and failed in the initial law, and its fingerprint failed ("cannot include dtype 'E' in
+    a buffer"); the keyword form called bfloat16 A "not a real matrix". Now it is cast to
+    the sweep's dtype like float16, and hashed by its bytes (float64 digests unchanged)."""
+    import hashlib
+
+    A = jnp.array([[1.0, 0.2], [0.1, 0.5]], jnp.bfloat16)
+    flow = AttentionDynamics(A, A.T)
+    cast = sw._cast_flow(flow, np.float64)
+    assert cast.A.dtype == np.float64
+    np.testing.assert_array_equal(cast.A, np.asarray(A.astype(jnp.float64)))
+    assert sw._as_stack(A, "A").shape == (1, 2, 2)
+    h = hashlib.sha256()
+    sw._hash_array(h, np.asarray(A))
+    assert h.hexdigest() == hashlib.sha256(np.asarray(A).view(np.uint16).tobytes()).hexdigest()
+    x = np.arange(12.0).reshape(3, 4)
+    h = hashlib.sha256()
+    sw._hash_array(h, x[:, ::2])  # not contiguous: hashed by blocks of rows
+    assert h.hexdigest() == hashlib.sha256(np.ascontiguousarray(x[:, ::2]).tobytes()).hexdigest()

@@ -26,6 +26,7 @@ from ._solve import (
     RESULTS,
     ProjectedSolver,
     Solution,
+    check_solve_dtype,
     raise_on_failure,
     save_times,
     step_statistics,
@@ -206,8 +207,8 @@ def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
     """Shapes and (concrete) values of the Ott–Antonsen inputs, shared by the solver and
     the Lyapunov spectrum. **Returns:** `(A, V, beta, R0, dtype)` with `dtype` their common
     real floating dtype. **Raises:** `ValueError` prefixed with `where` for non-2×2
-    matrices, a non-scalar `beta`/`R0`, a concrete `beta ≤ 0`, or a concrete non-finite `R0`
-    or `|R0| > 1`."""
+    matrices, a non-scalar `beta`/`R0`, a concrete `beta ≤ 0`, a concrete non-finite `R0`
+    or `|R0| > 1`, or half precision (`check_solve_dtype`)."""
     A, V = _check_2x2(where, A=A, V=V)
     beta = _check_scalar(where, "beta", beta, positive=True)
     R0 = jnp.asarray(R0)
@@ -223,6 +224,7 @@ def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
                 f"closed unit disc."
             )
     dtype = jnp.result_type(A, V, beta, jnp.real(R0), float)  # a Python beta stays weak
+    check_solve_dtype(where, dtype)
     return A, V, beta, R0, dtype
 
 
@@ -267,8 +269,8 @@ def solve_ott_antonsen(
     - `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`: as in `diffrax.diffeqsolve`
       (adaptive steps through `diffrax.PIDController(rtol, atol)`).
     - `throw`: raise if the solve is not successful: a `RuntimeError` naming the `RESULTS`
-      code (e.g. `max_steps` reached), or under `jit`/`vmap` equinox's
-      `EquinoxRuntimeError`.
+      code (e.g. `max_steps` reached), or under `jit`/`vmap` a subclass of it
+      (`EquinoxRuntimeError`, or `JaxRuntimeError` under plain `jax.jit`).
 
     **Returns:** an `OttAntonsenSolution` (`R` complex of shape `(times,)`).
 

@@ -49,8 +49,8 @@ class RESULTS(diffrax.RESULTS):  # pyright: ignore
     )
     usa_overflow = (
         "USA weights exp(beta <x, A y> - score_shift) can exceed the floating-point range of "
-        "the solve's dtype; pass a larger score_shift to AttentionDynamics (a time rescaling; "
-        "usa_score_shift gives the smallest that fits)"
+        "the solve's dtype; pass a larger score_shift to AttentionDynamics or "
+        "MultiHeadDynamics (a time rescaling; usa_score_shift gives the smallest that fits)"
     )
     nonpositive_beta = "beta <= 0: beta is an inverse temperature and must be positive"
     time_stalled = (
@@ -643,8 +643,9 @@ def raise_on_failure(where: str, result: RESULTS, x, result_field: str):
 
     Outside `jit`/`vmap` (a concrete `result`) it is a plain `RuntimeError` raised here,
     with the way to keep the result (`throw=False`, the code in `result_field`). Traced,
-    the check runs with the program (`error_if`), which raises equinox's
-    `EquinoxRuntimeError` with the code's message.
+    the check runs with the program (`error_if`) and raises a `RuntimeError` subclass with
+    the code's message: equinox's `EquinoxRuntimeError` (`eqx.filter_jit`, `vmap`) or
+    `jax.errors.JaxRuntimeError` (plain `jax.jit`).
 
     **Raises:** `RuntimeError` (concrete `result`) as above.
     """
@@ -664,20 +665,29 @@ def raise_on_failure(where: str, result: RESULTS, x, result_field: str):
 def usa_overflow_message(where: str, field, dtype) -> str:
     """The refusal of a USA field whose weights can overflow `dtype`, with the smallest
     `score_shift` that fits (`usa_score_shift`) and, in float32 only, float64 as the other
-    way out."""
+    way out. The shift is `usa_score_shift`, or more where the value maps are so large
+    that `check_usa_overflow` would refuse that one too (rounded up, so that the printed
+    number passes)."""
     bound = _concrete_score_bound(field)
-    shift = usa_score_shift(field, dtype)
+    shift = _shift_that_fits(field, dtype)
     name = jnp.dtype(dtype).name
+    heads = np.ndim(field.A) == 3
     lines = (
-        f"{where}: USA scores reach beta*sigma_max(A) = {bound:.4g} with score_shift = "
+        f"{where}: USA scores reach beta*sigma_max(A) = {bound:.4g}"
+        f"{' (the largest over the heads)' if heads else ''} with score_shift = "
         f"{float(field.score_shift):.4g}; exp of that overflows {name} (log of its max ≈ "
         f"{math.log(float(jnp.finfo(dtype).max)):.1f}). Pass score_shift={shift:.6g} to "
-        f"{type(field).__name__} (usa_score_shift; `--score-shift auto` on the command line). "
-        f"It rescales time by exp(score_shift): the horizon t1 then covers the physical time "
-        f"t1 * exp(-{shift:.4g})"
+        f"{type(field).__name__} ("
+        + (
+            "usa_score_shift"
+            if heads
+            else "usa_score_shift; `--score-shift auto` on the command line"
+        )
+        + f"). It rescales time by exp(score_shift): the horizon t1 then covers the physical "
+        f"time t1 * exp(-{shift:.4g})"
     )
     if np.dtype(dtype).itemsize < 8:
-        f64 = usa_score_shift(field, np.float64)
+        f64 = _shift_that_fits(field, np.float64)
         lines += (
             ", or solve in float64 (no shift needed)."
             if f64 == 0
@@ -686,6 +696,28 @@ def usa_overflow_message(where: str, field, dtype) -> str:
     else:
         lines += "."
     return lines
+
+
+def _shift_that_fits(field, dtype) -> float:
+    """`usa_score_shift`, raised to what `check_usa_overflow` needs where the value maps'
+    norms add to the bound; rounded up to 6 significant digits."""
+    shift = max(
+        usa_score_shift(field, dtype), _usa_log_bound_unshifted(field) - _usa_log_limit(dtype)
+    )
+    if shift <= 0:
+        return 0.0
+    step = 10.0 ** (math.floor(math.log10(shift)) - 5)
+    return math.ceil(shift / step) * step
+
+
+def _usa_log_bound_unshifted(field) -> float:
+    """`max_h β_h σ_max(A_h) + log max(Σ_h σ_max(V_h) ‖W_o^(h)‖₂, 1)` of a field with
+    concrete finite weights: the log of a bound of the USA field before the shift."""
+    values = np.linalg.norm(np.asarray(field.V, np.float64), 2, axis=(-2, -1))
+    W_o = getattr(field, "W_o", None)
+    if W_o is not None:
+        values = values * np.linalg.norm(np.asarray(W_o, np.float64), 2, axis=(-2, -1))
+    return _concrete_score_bound(field) + math.log(max(float(np.sum(values)), 1.0))
 
 
 def _usa_log_limit(dtype) -> float:
@@ -697,8 +729,8 @@ def _usa_log_limit(dtype) -> float:
 def _concrete_score_bound(field) -> float:
     """`β σ_max(A)` of a field with concrete `A` and `beta`; the largest over the heads of a
     multi-head field (`A` of shape `(heads, d, d)`, `beta` a scalar or `(heads,)`)."""
-    sigma = np.linalg.norm(np.asarray(field.A), 2, axis=(-2, -1))
-    return float(np.max(np.abs(np.asarray(field.beta)) * sigma))
+    sigma = np.linalg.norm(np.asarray(field.A, np.float64), 2, axis=(-2, -1))
+    return float(np.max(np.abs(np.asarray(field.beta, np.float64)) * sigma))
 
 
 def usa_score_shift(field, dtype=None) -> float:
@@ -778,15 +810,7 @@ def check_usa_overflow(where: str, field, dtype) -> None:
         return
     if not all(np.all(np.isfinite(np.asarray(a))) for a in arrays):
         return  # non-finite input: reported as such
-    values = np.linalg.norm(np.asarray(field.V), 2, axis=(-2, -1))
-    if W_o is not None:
-        values = values * np.linalg.norm(np.asarray(W_o), 2, axis=(-2, -1))
-    log_bound = (
-        _concrete_score_bound(field)
-        - float(field.score_shift)
-        + math.log(max(float(np.sum(values)), 1.0))
-    )
-    if log_bound > _usa_log_limit(dtype):
+    if _usa_log_bound_unshifted(field) - float(field.score_shift) > _usa_log_limit(dtype):
         raise ValueError(usa_overflow_message(where, field, dtype))
 
 
@@ -1073,7 +1097,8 @@ def simulate(
     non-tangent vectors at `x0` (the flow is named).
     With `throw=True` a solve that does not succeed (e.g. `max_steps` reached) raises a
     `RuntimeError` naming the `RESULTS` code; under `jit`/`vmap` (traced inputs) these and
-    the input problems above raise equinox's `EquinoxRuntimeError` naming it instead.
+    the input problems above raise a `RuntimeError` subclass naming it instead (equinox's
+    `EquinoxRuntimeError`, or `jax.errors.JaxRuntimeError` under plain `jax.jit`).
 
     Source: Li et al. (2026), eq. (1); Geshkovski et al., arXiv 2312.10794, eq. (1.1).
     """

@@ -1768,7 +1768,7 @@ def _host_memory_need(members: Members, integration: Integration, dtype) -> int:
     for leaf in jax.tree_util.tree_leaves(members.flow):
         if hasattr(leaf, "dtype") and hasattr(leaf, "size"):
             src = np.dtype(leaf.dtype)
-            if np.issubdtype(src, np.floating) and src != np.dtype(dtype):
+            if jnp.issubdtype(src, jnp.floating) and src != np.dtype(dtype):
                 need += int(leaf.size) * np.dtype(dtype).itemsize
     return int(need)
 
@@ -2022,14 +2022,19 @@ def _atomic_write(path, write):
 
 def _hash_array(h, x, block_bytes: int = 2**26) -> None:
     """`h.update(x.tobytes())` without the copy: a broadcast parameter of 10⁷ members is
-    hashed a block of rows at a time (the same bytes, so the same digest)."""
+    hashed a block of rows at a time (the same bytes, so the same digest). Read as bytes
+    (`uint8`): a buffer of bfloat16 cannot be exported as it is."""
+
+    def raw(a):
+        return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
     x = np.asarray(x)
     if x.ndim == 0 or x.flags.c_contiguous:
-        h.update(np.ascontiguousarray(x).data)
+        h.update(raw(x))
         return
     rows = max(1, block_bytes // max(x[0].nbytes, 1))
     for i in range(0, x.shape[0], rows):
-        h.update(np.ascontiguousarray(x[i : i + rows]).data)
+        h.update(raw(x[i : i + rows]))
 
 
 def _flow_params(dynamic, batched, B) -> dict:
@@ -2065,7 +2070,7 @@ def _cast_flow(flow, dtype, *, warn_narrowing=False):
     def cast(path, x):
         if eqx.is_array(x) or isinstance(x, np.ndarray):
             x = np.asarray(x)
-            if np.issubdtype(x.dtype, np.floating):
+            if jnp.issubdtype(x.dtype, jnp.floating):  # bfloat16 included
                 lost = narrowing(x, dtype) if warn_narrowing else None
                 if lost is not None:
                     name = jax.tree_util.keystr(path)
@@ -3035,7 +3040,7 @@ def _chunk_summary(c, idx, chunk, params, seeds, seconds, *, useful_steps, spent
 
 def _as_stack(x, name, d=None):
     x = np.asarray(x)
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or np.issubdtype(x.dtype, np.integer)):
         raise ValueError(f"sweep: {name} must be a real matrix, got dtype {x.dtype}.")
     if x.ndim == 2:
         x = x[None]
@@ -3127,7 +3132,7 @@ def _attention_members(
         raise ValueError(
             f"sweep: beta and seeds must be scalars or 1-d, got shapes {beta.shape}, {seeds.shape}."
         )
-    if not (np.issubdtype(beta.dtype, np.floating) or np.issubdtype(beta.dtype, np.integer)):
+    if not (jnp.issubdtype(beta.dtype, jnp.floating) or np.issubdtype(beta.dtype, np.integer)):
         raise ValueError(f"sweep: beta must be real numbers, got dtype {beta.dtype}.")
     if not np.issubdtype(seeds.dtype, np.integer) or np.any(seeds < 0) or np.any(seeds >= 2**32):
         raise ValueError(
