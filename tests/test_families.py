@@ -347,6 +347,24 @@ def test_particles_follow_homogenised_ott_antonsen_with_error_of_order_epsilon()
     assert np.all((orders > 0.8) & (orders < 1.3)), (errors, orders)
 
 
+def test_homogenised_ott_antonsen_reports_bad_members_as_solve_ott_antonsen_does():
+    """One head: the homogenised OA ODE is the OA ODE of that head. Under vmap a member
+    with |R0| > 1 ran as "successful" (clipped to the disc) and a NaN R0 ran to max_steps:
+    now `outside_disc` / `nonfinite_argument` with NaN, the good member unchanged."""
+    A = jnp.array([[1.0, 0.3], [0.2, 0.4]])
+    V = jnp.array([[0.2, 1.0], [-1.0, -0.2]])
+    heads = jd.MultiHeadDynamics(A[None], V[None], beta=0.7)
+    ts = jnp.linspace(0.0, 5.0, 11)
+    kw = dict(t1=5.0, ts=ts, throw=False)
+    ref = jd.solve_ott_antonsen(A, V, 0.3 + 0.1j, beta=0.7, rtol=1e-9, atol=1e-11, **kw)
+    R0s = jnp.array([0.3 + 0.1j, 1.5 + 0j, jnp.nan + 0j])
+    out = jax.vmap(lambda r: jd.solve_homogenised_ott_antonsen(heads, r, **kw))(R0s)
+    codes = [jd.RESULTS.successful, jd.RESULTS.outside_disc, jd.RESULTS.nonfinite_argument]
+    assert [bool((out.result == c)[i]) for i, c in enumerate(codes)] == [True] * 3
+    np.testing.assert_allclose(out.R[0], ref.R, rtol=0, atol=1e-12)
+    assert bool(jnp.all(jnp.isnan(out.R[1:])))
+
+
 # ------------------------------------------------------------------------ PLGA flow
 
 

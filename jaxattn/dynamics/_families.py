@@ -19,8 +19,17 @@ from jaxtyping import Array, Complex, Float
 
 from .._custom_types import Tokens
 from ..sphere import normalise
-from ._ott_antonsen import DiscProjection, OttAntonsenSolution, ott_antonsen_field
-from ._solve import RESULTS, raise_on_failure, save_times, step_statistics
+from ._ott_antonsen import (
+    _DISC_SLACK,
+    DiscProjection,
+    OttAntonsenChecks,
+    OttAntonsenSolution,
+    _clip_disc,
+    finish_ott_antonsen,
+    oa_input_flags,
+    ott_antonsen_field,
+)
+from ._solve import raise_on_failure, save_times
 from ._vector_field import (
     KERNELS,
     NORMALISATIONS,
@@ -503,26 +512,34 @@ class _AveragedRhs(eqx.Module):
 
 @eqx.filter_jit
 def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
+    # The per-member input checks of `solve_ott_antonsen` (a traced non-finite or
+    # non-positive input, |R0| > 1): a rejected member runs a zero field from the origin
+    # and gets NaN and its code (`finish_ott_antonsen`).
     y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(ts.dtype)
+    beta = jnp.where(jnp.all(jnp.isfinite(heads.beta)), jnp.min(heads.beta), jnp.nan)
+    bad, nonpositive, y0 = oa_input_flags(heads.A, heads.V, beta, y0)
+    y0, over0 = _clip_disc(y0)
+    outside = over0 > _DISC_SLACK
+    invalid = bad | outside | nonpositive
+    run = eqx.tree_at(
+        lambda h: (h.A, h.V, h.beta),
+        heads,
+        tuple(jnp.where(invalid, 0, a) for a in (heads.A, heads.V, heads.beta)),
+    )
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_AveragedRhs(heads)),
+        diffrax.ODETerm(_AveragedRhs(run)),
         DiscProjection(solver),
         t0=t0,
         t1=t1,
         dt0=None,
-        y0=y0,
+        y0=jnp.where(invalid, 0, y0),
         saveat=diffrax.SaveAt(ts=ts, solver_state=True),
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         throw=False,
     )
-    return OttAntonsenSolution(
-        ts=ts,
-        R=sol.ys[:, 0] + 1j * sol.ys[:, 1],
-        result=RESULTS.promote(sol.result),
-        **step_statistics(sol),
-        disc_overshoot=sol.solver_state[1],
-    )
+    checks = OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive)
+    return finish_ott_antonsen(checks, sol, ts)
 
 
 def solve_homogenised_ott_antonsen(
@@ -548,6 +565,8 @@ def solve_homogenised_ott_antonsen(
     **Returns:** an `OttAntonsenSolution` (`R` at the save times).
 
     **Raises:** `ValueError` for a flow the reduction does not cover, `|R0| > 1`, bad times.
+    Under `jit`/`vmap` the input problems `solve_ott_antonsen` reports become the same
+    result codes (`nonfinite_argument`, `outside_disc`, `nonpositive_beta`) with `R = NaN`.
     """
     where = "solve_homogenised_ott_antonsen"
     heads = flow.homogenised() if isinstance(flow, TimeVaryingDynamics) else flow
