@@ -29,7 +29,7 @@ from ._ott_antonsen import (
     oa_input_flags,
     ott_antonsen_field,
 )
-from ._solve import _StallGuardPID, raise_on_failure, save_times
+from ._solve import raise_on_failure, save_times
 from ._vector_field import (
     KERNELS,
     NORMALISATIONS,
@@ -534,7 +534,7 @@ def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
         dt0=None,
         y0=jnp.where(invalid, 0, y0),
         saveat=diffrax.SaveAt(ts=ts, solver_state=True),
-        stepsize_controller=_StallGuardPID(rtol=rtol, atol=atol),  # as solve_ott_antonsen
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         throw=False,
     )

@@ -26,9 +26,7 @@ from ._solve import (
     RESULTS,
     ProjectedSolver,
     Solution,
-    _StallGuardPID,
     check_solve_dtype,
-    promote_result,
     raise_on_failure,
     save_times,
     step_statistics,
@@ -167,9 +165,7 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
         solver=DiscProjection(solver),
         y0=jnp.where(invalid, 0, y0c),
         args=args,
-        # The particles' controller: a stalled clock or a field that overflows ends the
-        # solve with `time_stalled` / `nonfinite_flow`, not max_steps.
-        controller=_StallGuardPID(rtol=rtol, atol=atol),
+        controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
     return problem, OttAntonsenChecks(
@@ -186,7 +182,7 @@ def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSoluti
     # from an overshooting R₂ was judged differently in a rotated frame).
     R = R / jnp.maximum(1, jnp.abs(R))
     R = jnp.where(invalid, jnp.nan, R)
-    result = promote_result(sol.result)
+    result = RESULTS.promote(sol.result)
     result = RESULTS.where(checks.outside & ~checks.bad, RESULTS.outside_disc, result)
     result = RESULTS.where(checks.nonpositive, RESULTS.nonpositive_beta, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)

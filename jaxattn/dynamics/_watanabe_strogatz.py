@@ -50,9 +50,7 @@ from ._segments import Problem, solve_problem
 from ._solve import (
     RESULTS,
     Solution,
-    _StallGuardPID,
     check_solve_dtype,
-    promote_result,
     raise_on_failure,
     save_times,
     step_statistics,
@@ -643,7 +641,7 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
         solver=DiscProjection(solver),
         y0=jnp.where(invalid, 0, y0),
         args=args,
-        controller=_StallGuardPID(rtol=rtol, atol=atol),  # as the particles'
+        controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
     checks = WatanabeStrogatzChecks(
@@ -656,7 +654,7 @@ def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
     """The `WatanabeStrogatzSolution` of a finished solve (whole or segmented)."""
     invalid = checks.bad | checks.degenerate
     ys = jnp.where(invalid, jnp.nan, sol.ys)
-    result = promote_result(sol.result)
+    result = RESULTS.promote(sol.result)
     result = RESULTS.where(checks.degenerate, RESULTS.degenerate_configuration, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
     return WatanabeStrogatzSolution(
