@@ -20,13 +20,10 @@ from jaxtyping import Array, Complex, Float
 from .._custom_types import Tokens
 from ..sphere import normalise
 from ._ott_antonsen import (
-    _DISC_SLACK,
     DiscProjection,
-    OttAntonsenChecks,
     OttAntonsenSolution,
-    _clip_disc,
     finish_ott_antonsen,
-    oa_input_flags,
+    oa_start,
     ott_antonsen_field,
 )
 from ._solve import raise_on_failure, save_times
@@ -515,12 +512,8 @@ def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
     # The per-member input checks of `solve_ott_antonsen` (a traced non-finite or
     # non-positive input, |R0| > 1): a rejected member runs a zero field from the origin
     # and gets NaN and its code (`finish_ott_antonsen`).
-    y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(ts.dtype)
     beta = jnp.where(jnp.all(jnp.isfinite(heads.beta)), jnp.min(heads.beta), jnp.nan)
-    bad, nonpositive, y0 = oa_input_flags(heads.A, heads.V, beta, y0)
-    y0, over0 = _clip_disc(y0)
-    outside = over0 > _DISC_SLACK
-    invalid = bad | outside | nonpositive
+    checks, invalid, y0 = oa_start(heads.A, heads.V, beta, R0, ts.dtype)
     run = eqx.tree_at(
         lambda h: (h.A, h.V, h.beta),
         heads,
@@ -532,13 +525,12 @@ def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
         t0=t0,
         t1=t1,
         dt0=None,
-        y0=jnp.where(invalid, 0, y0),
+        y0=y0,
         saveat=diffrax.SaveAt(ts=ts, solver_state=True),
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         throw=False,
     )
-    checks = OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive)
     return finish_ott_antonsen(checks, sol, ts)
 
 

@@ -151,26 +151,36 @@ def oa_input_flags(A, V, beta, y0):
     return bad, nonpositive, jnp.where(jnp.isfinite(y0), y0, 0)
 
 
-def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
-    """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks (a
-    rejected member runs a zero field from the origin: cheap, and cannot poison a batch)."""
+def oa_start(A, V, beta, R0, dtype):
+    """The checked start of an Ott–Antonsen solve (traceable; shared by
+    `prepare_ott_antonsen` and `solve_homogenised_ott_antonsen`): `(checks, invalid, y0)`,
+    the `OttAntonsenChecks` for `finish_ott_antonsen`, whether the member is rejected, and
+    `y0 = (Re R0, Im R0)` clipped to the closed disc (0 for a rejected member, which then
+    runs a zero field from the origin: cheap, and cannot poison a batch). `beta` is a
+    scalar (for several heads: their smallest, NaN if any is not finite)."""
     y0 = jnp.stack([jnp.real(R0), jnp.imag(R0)]).astype(dtype)
     bad, nonpositive, y0 = oa_input_flags(A, V, beta, y0)
-    y0c, over0 = _clip_disc(y0)
+    y0, over0 = _clip_disc(y0)
     outside = over0 > _DISC_SLACK
     invalid = bad | outside | nonpositive
+    checks = OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive)
+    return checks, invalid, jnp.where(invalid, 0, y0)
+
+
+def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
+    """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks
+    (`oa_start`)."""
+    checks, invalid, y0 = oa_start(A, V, beta, R0, dtype)
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
     problem = Problem(
         term=diffrax.ODETerm(_oa_rhs),
         solver=DiscProjection(solver),
-        y0=jnp.where(invalid, 0, y0c),
+        y0=y0,
         args=args,
         controller=diffrax.PIDController(rtol=rtol, atol=atol),
         save_solver_state=True,
     )
-    return problem, OttAntonsenChecks(
-        bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive
-    )
+    return problem, checks
 
 
 def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSolution:
