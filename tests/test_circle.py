@@ -151,6 +151,9 @@ def test_helpers_refuse_what_they_cannot_mean():
     assert measured_rotation_rate(ts, R, start=jnp.array(0.5)) == pytest.approx(0.8, rel=1e-10)
     with pytest.raises(ValueError, match="ts must be strictly increasing"):
         measured_rotation_rate(ts[::-1], R)
+    # R = 0 has no phase: NaN when it is in the late part, ignored before it
+    assert np.isnan(measured_rotation_rate(ts, R.at[80].set(0)))
+    assert measured_rotation_rate(ts, R.at[10].set(0)) == pytest.approx(0.8, rel=1e-10)
     assert complex(order_parameter(theta, jnp.array(2))) == complex(order_parameter(theta, 2))
     with pytest.raises(ValueError, match="x and v must broadcast together"):
         angular_velocity(jnp.ones((3, 2)), jnp.ones((4, 2)))

@@ -51,6 +51,43 @@ def test_float32_clock_that_stops_is_reported_not_max_steps():
     assert early.successful
 
 
+def test_the_reduced_solvers_report_a_stalled_clock_and_an_overflow_as_simulate_does():
+    """The standalone Ott–Antonsen, Watanabe–Strogatz and homogenised OA solvers step with
+    simulate's stall guard (`pid_controller(stall_guard=True)`): a float32 clock near
+    t = 1e5 and a field that overflows (A and V of 1e200: their products are inf) used to
+    run to max_steps ('Try increasing max_steps'); the same runs from t0 = 0 / with sane
+    weights succeed."""
+    from jaxattn.dynamics import (
+        MultiHeadDynamics,
+        solve_homogenised_ott_antonsen,
+        solve_ott_antonsen,
+        solve_watanabe_strogatz,
+    )
+
+    f32 = jnp.float32
+    A, V = jnp.array(ROT, f32) + jnp.eye(2, dtype=f32), jnp.array([[0.2, 1.0], [-1.0, -0.2]], f32)
+    theta = jnp.array([0.1, 0.9, 2.0, -1.3, 2.9], f32)
+    kw = dict(rtol=1e-6, atol=1e-8, max_steps=4096, num_save=11, throw=False)
+    solvers = {
+        "OA": lambda a, v, **k: solve_ott_antonsen(a, v, 0.3 + 0.1j, **k),
+        "WS": lambda a, v, **k: solve_watanabe_strogatz(a, v, theta.astype(a.dtype), **k),
+        "homogenised OA": lambda a, v, **k: solve_homogenised_ott_antonsen(
+            MultiHeadDynamics(a[None], v[None]), 0.3 + 0.1j, **k
+        ),
+    }
+    for name, solve in solvers.items():
+        late = solve(A, V, t0=1e5, t1=1e5 + 10, **kw)
+        assert late.result == RESULTS.time_stalled, name
+        assert int(late.num_steps) < 200, name
+        assert solve(A, V, t0=0.0, t1=10.0, **kw).result == RESULTS.successful, name
+        big = solve(1e200 * A.astype(jnp.float64), 1e200 * V.astype(jnp.float64), t1=1.0, **kw)
+        assert big.result == RESULTS.nonfinite_flow, name
+    with pytest.raises(
+        RuntimeError, match="solve_ott_antonsen: the solve did not succeed: .*coarse in this dtype"
+    ):
+        solve_ott_antonsen(A, V, 0.3 + 0.1j, t0=1e5, t1=1e5 + 10, num_save=11)
+
+
 @pytest.mark.slow
 def test_backsolve_adjoint_refused_under_projection_and_exact_to_rtol_without():
     """BacksolveAdjoint used to crash with a TypeError about WrapTerm under the default

@@ -399,5 +399,38 @@ def test_plots_and_cross_ratio_name_an_argument_of_the_wrong_kind():
         jplot.plot_twirl(None)
     with pytest.raises(TypeError, match="plot_concentration: audit must be a Concentration"):
         jplot.plot_concentration(object())
+    with pytest.raises(TypeError, match="plot_contraction: audit must be a ContractionAudit"):
+        jplot.plot_contraction(None)
+    assert _open_figures() == []
+
+
+@pytest.mark.parametrize(
+    "runs, error, match",
+    [
+        ([1, 2], TypeError, "runs must map a label to a run .* got list"),
+        ({}, ValueError, "runs is empty"),
+        ({"a": [0, 1]}, TypeError, "run 'a' must be a dict of sequences, got list"),
+        ({"a": {"loss": [1.0]}}, ValueError, "run 'a' has no 'steps'"),
+        ({"a": {"steps": 3}}, ValueError, r"'steps' must be a sequence of numbers, got shape \(\)"),
+        (
+            {"a": {"steps": [0, 5], "loss": [1.0]}},
+            ValueError,
+            r"run 'a': 'loss' has shape \(1,\), its 'steps' \(2,\); give one number per step",
+        ),
+    ],
+)
+def test_plot_mechanism_over_training_names_a_bad_run(runs, error, match):
+    with pytest.raises(error, match=match):
+        jplot.plot_mechanism_over_training(runs)
+    assert _open_figures() == []
+
+
+def test_plot_tokens_refuses_tokens_with_nothing_finite():
+    xs = np.full((3, 4, 2), np.nan)
+    with pytest.raises(ValueError, match="plot_tokens: xs holds no finite value"):
+        jplot.plot_tokens(np.arange(3.0), xs)
+    assert _open_figures() == []
+    xs[0] = _tokens(1, 4, 2)[0]  # a solve that failed after its first save: drawn
+    jplot.plot_tokens(np.arange(3.0), xs)
     with pytest.raises(ValueError, match="cross_ratio: z1 must hold numbers, got 'a'"):
         jd.cross_ratio("a", 2.0, 3.0, 4.0)

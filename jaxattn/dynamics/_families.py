@@ -26,7 +26,7 @@ from ._ott_antonsen import (
     oa_start,
     ott_antonsen_field,
 )
-from ._solve import raise_on_failure, save_times
+from ._solve import pid_controller, raise_on_failure, save_times
 from ._vector_field import (
     KERNELS,
     NORMALISATIONS,
@@ -527,7 +527,7 @@ def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
         dt0=None,
         y0=y0,
         saveat=diffrax.SaveAt(ts=ts, solver_state=True),
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        stepsize_controller=pid_controller(rtol, atol, stall_guard=True),
         max_steps=max_steps,
         throw=False,
     )

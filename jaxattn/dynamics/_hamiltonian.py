@@ -194,7 +194,8 @@ def measured_rotation_rate(ts, R, *, start: float = 0.5):
     times, shape `(times,)`; `start` the fraction of the run before the late part,
     `0 <= start < 1`.
 
-    **Returns:** the rate in radians per unit time (negative for clockwise rotation).
+    **Returns:** the rate in radians per unit time (negative for clockwise rotation); NaN
+    when `R` is exactly 0 at a sample of the late part (its phase is undefined there).
 
     **Raises:** `ValueError` if `ts` and `R` are not 1-d of the same length, `ts` is not
     strictly increasing, the late part holds fewer than 2 samples, `start` is outside
@@ -226,6 +227,8 @@ def measured_rotation_rate(ts, R, *, start: float = 0.5):
             f"{where}: the late part (from start = {start} of {len(ts)} samples) holds "
             f"{len(ts) - k0} sample(s); need at least 2."
         )
+    if np.any(R[k0:] == 0):
+        return float("nan")
     # Use the largest span that contains an integer number of turns.
     turns = np.floor(np.abs(ph[-1] - ph[k0]) / (2 * np.pi))
     if turns < 1:

@@ -27,6 +27,8 @@ from ._solve import (
     ProjectedSolver,
     Solution,
     check_solve_dtype,
+    pid_controller,
+    promote_result,
     raise_on_failure,
     save_times,
     step_statistics,
@@ -167,9 +169,9 @@ def oa_start(A, V, beta, R0, dtype):
     return checks, invalid, jnp.where(invalid, 0, y0)
 
 
-def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
+def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol, *, stall_guard=False):
     """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks
-    (`oa_start`)."""
+    (`oa_start`); `stall_guard` for a standalone solve (`pid_controller`)."""
     checks, invalid, y0 = oa_start(A, V, beta, R0, dtype)
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
     problem = Problem(
@@ -177,7 +179,7 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol):
         solver=DiscProjection(solver),
         y0=y0,
         args=args,
-        controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        controller=pid_controller(rtol, atol, stall_guard=stall_guard),
         save_solver_state=True,
     )
     return problem, checks
@@ -192,7 +194,7 @@ def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSoluti
     # from an overshooting R₂ was judged differently in a rotated frame).
     R = R / jnp.maximum(1, jnp.abs(R))
     R = jnp.where(invalid, jnp.nan, R)
-    result = RESULTS.promote(sol.result)
+    result = promote_result(sol.result)
     result = RESULTS.where(checks.outside & ~checks.bad, RESULTS.outside_disc, result)
     result = RESULTS.where(checks.nonpositive, RESULTS.nonpositive_beta, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
@@ -208,7 +210,9 @@ def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSoluti
 
 @eqx.filter_jit
 def _solve_oa(A, V, beta, R0, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
-    problem, checks = prepare_ott_antonsen(A, V, beta, R0, ts.dtype, solver, rtol, atol)
+    problem, checks = prepare_ott_antonsen(
+        A, V, beta, R0, ts.dtype, solver, rtol, atol, stall_guard=True
+    )
     sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
     return finish_ott_antonsen(checks, sol, ts), checks.outside
 

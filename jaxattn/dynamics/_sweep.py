@@ -40,7 +40,8 @@ Compaction (the default for particles and Watanabe–Strogatz members,
 of an adaptive solve advances a batch in one `while_loop`: every member would pay for as
 many loop iterations as the slowest member of its batch (lockstep). Instead, each device
 prepares its members of a chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
-`prepare_watanabe_strogatz`, the very problem the public solvers build), keeps `slots` of
+`prepare_watanabe_strogatz`, the very problem the public solvers build, except that the
+reduced solvers' members step without the stall guard: `_solve.pid_controller`), keeps `slots` of
 them in a pool and advances the pool `segment_steps` (K) steps at a time
 (`_segments.advance_segments`, vmapped), all inside one compiled `while_loop`. After a
 segment, members that finished or failed are written back and their slots refilled from the

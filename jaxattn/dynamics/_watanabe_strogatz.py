@@ -51,6 +51,8 @@ from ._solve import (
     RESULTS,
     Solution,
     check_solve_dtype,
+    pid_controller,
+    promote_result,
     raise_on_failure,
     save_times,
     step_statistics,
@@ -614,9 +616,10 @@ class WatanabeStrogatzChecks(eqx.Module):
     half: tuple[Float[Array, " n"], Float[Array, " n"]]
 
 
-def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
+def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol, *, stall_guard=False):
     """The Watanabe–Strogatz `Problem` for the constants `consts`, with the per-member
-    input checks (a rejected member runs a zero field: cheap, cannot poison a batch)."""
+    input checks (a rejected member runs a zero field: cheap, cannot poison a batch).
+    `stall_guard` for a standalone solve (`pid_controller`)."""
     bad = ~(
         jnp.all(jnp.isfinite(A))
         & jnp.all(jnp.isfinite(V))
@@ -641,7 +644,7 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol):
         solver=DiscProjection(solver),
         y0=jnp.where(invalid, 0, y0),
         args=args,
-        controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        controller=pid_controller(rtol, atol, stall_guard=stall_guard),
         save_solver_state=True,
     )
     checks = WatanabeStrogatzChecks(
@@ -654,7 +657,7 @@ def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
     """The `WatanabeStrogatzSolution` of a finished solve (whole or segmented)."""
     invalid = checks.bad | checks.degenerate
     ys = jnp.where(invalid, jnp.nan, sol.ys)
-    result = RESULTS.promote(sol.result)
+    result = promote_result(sol.result)
     result = RESULTS.where(checks.degenerate, RESULTS.degenerate_configuration, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
     return WatanabeStrogatzSolution(
@@ -670,7 +673,9 @@ def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
 
 @eqx.filter_jit
 def _solve_ws(A, V, beta, consts, ts, t0, t1, dt0, solver, rtol, atol, max_steps, adjoint):
-    problem, checks = prepare_watanabe_strogatz(A, V, beta, consts, ts.dtype, solver, rtol, atol)
+    problem, checks = prepare_watanabe_strogatz(
+        A, V, beta, consts, ts.dtype, solver, rtol, atol, stall_guard=True
+    )
     sol = solve_problem(problem, t0, t1, dt0, ts, adjoint, max_steps)
     return finish_watanabe_strogatz(checks, sol, ts)
 

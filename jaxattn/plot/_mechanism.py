@@ -38,6 +38,48 @@ def _audit_fields(where: str, audit, kind: str, fields: tuple[str, ...]) -> None
         )
 
 
+_TRAINING_PANELS = (  # (key, axis label, log scale) of plot_mechanism_over_training
+    ("loss", "training loss", False),
+    ("order_parameter_A", "order parameter of A", True),
+    ("order_parameter_G_LM", "order parameter of G_LM", True),
+    ("rank_one_deficit_A", "rank-one deficit of A", True),
+    ("twirl_residual", "twirl residual (after RoPE)", False),
+    ("concentration_exponent", "concentration exponent", False),
+    ("contraction_norm", "median ‖J_φ‖", True),
+)
+
+
+def _check_runs(runs) -> None:
+    """The checks of `plot_mechanism_over_training`'s `runs` (see there)."""
+    where = "plot_mechanism_over_training"
+    if not isinstance(runs, Mapping):
+        raise TypeError(
+            f"{where}: runs must map a label to a run (a dict of sequences), got "
+            f"{type(runs).__name__}."
+        )
+    if not runs:
+        raise ValueError(f"{where}: runs is empty; give at least one run.")
+    for label, run in runs.items():
+        if not isinstance(run, Mapping):
+            raise TypeError(
+                f"{where}: run {label!r} must be a dict of sequences, got {type(run).__name__}."
+            )
+        if "steps" not in run:
+            raise ValueError(f"{where}: run {label!r} has no 'steps'.")
+        steps = np.shape(run["steps"])
+        if len(steps) != 1:
+            raise ValueError(
+                f"{where}: run {label!r}: 'steps' must be a sequence of numbers, got shape {steps}."
+            )
+        for key, _, _ in _TRAINING_PANELS:
+            values = run.get(key)
+            if values is not None and np.shape(values) != steps:
+                raise ValueError(
+                    f"{where}: run {label!r}: {key!r} has shape {np.shape(values)}, its "
+                    f"'steps' {steps}; give one number per step."
+                )
+
+
 def _length_ticks(ax, S):
     """Integer tick labels at the audited lengths on a log axis (no overlapping minor labels)."""
     from matplotlib.ticker import NullLocator
@@ -143,7 +185,10 @@ def plot_contraction(audit, *, title: str = "", path=None):
     product bound `Π_k ‖J_{u_k}‖`, with the contraction threshold 1.
 
     **Arguments:** `audit`, a `ContractionAudit` (`norm`, `product_bound` `(layers, rows)`).
+
+    **Raises:** `TypeError` when `audit` is not a `ContractionAudit` (lacks its fields).
     """
+    _audit_fields("plot_contraction", audit, "ContractionAudit", ("norm", "product_bound"))
     plt = _plt()
     n = np.asarray(audit.norm, dtype=np.float64)
     pb = np.asarray(audit.product_bound, dtype=np.float64)
@@ -181,19 +226,15 @@ def plot_mechanism_over_training(
     **Arguments:** `runs[label]` a dict with `"steps"` and any of `"loss"`,
     `"order_parameter_A"`, `"order_parameter_G_LM"`, `"rank_one_deficit_A"`,
     `"twirl_residual"`, `"concentration_exponent"`, `"contraction_norm"`: sequences of one
-    number per step (missing keys are skipped).
+    number per step (missing keys are skipped, other keys ignored).
+
+    **Raises:** `TypeError` when `runs` is not a mapping of mappings; `ValueError` when it
+    is empty, a run has no `"steps"`, or a quantity's length differs from its run's steps
+    (the run and the quantity are named); all before any figure is opened.
     """
+    _check_runs(runs)
     plt = _plt()
-    panels = (
-        ("loss", "training loss", False),
-        ("order_parameter_A", "order parameter of A", True),
-        ("order_parameter_G_LM", "order parameter of G_LM", True),
-        ("rank_one_deficit_A", "rank-one deficit of A", True),
-        ("twirl_residual", "twirl residual (after RoPE)", False),
-        ("concentration_exponent", "concentration exponent", False),
-        ("contraction_norm", "median ‖J_φ‖", True),
-    )
-    panels = [p for p in panels if any(p[0] in r for r in runs.values())]
+    panels = [p for p in _TRAINING_PANELS if any(p[0] in r for r in runs.values())]
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.8 * rows), squeeze=False)

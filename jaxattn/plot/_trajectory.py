@@ -137,10 +137,16 @@ def plot_tokens(ts, xs, *, ax=None, title=None, max_tokens: int = 64):
     **Returns:** the matplotlib axes.
 
     **Raises:** `ValueError` unless `xs` is a real array of shape `(times, n, d)` with
-    `times, n >= 1` and `d >= 2` and `ts` a real array of shape `(times,)`.
+    `times, n >= 1` and `d >= 2` and `ts` a real array of shape `(times,)`, or when
+    no value of `xs` is finite.
     """
     xs = _tokens("plot_tokens", xs)
     ts = _times("plot_tokens", ts, xs.shape[0], "xs")
+    if not np.isfinite(xs).any():
+        raise ValueError(
+            "plot_tokens: xs holds no finite value (a solve that failed before its first "
+            "save?); nothing to draw."
+        )
     plt = _pyplot()
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.5), layout="constrained")
