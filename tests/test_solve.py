@@ -393,8 +393,6 @@ def test_half_precision_is_refused_by_name(half):
         ),
     }
     for where, call in calls.items():
-        # (the Watanabe–Strogatz solve refuses through its constants)
-        where = where.replace("solve_watanabe_strogatz", "watanabe_strogatz_constants")
         with pytest.raises(ValueError, match=rf"{where}: the inputs make a {name} solve"):
             call()
     with pytest.raises(ValueError, match=rf"simulate: the inputs make a {name} solve"):

@@ -747,6 +747,7 @@ def solve_watanabe_strogatz(
     beta = _check_scalar(where, "beta", beta, positive=True)
     theta0 = _check_angles(where, "theta0", theta0)
     dtype = jnp.result_type(A, V, beta, theta0, float)  # a Python beta stays weak
+    check_solve_dtype(where, dtype)  # before the constants, which would name themselves
     consts = watanabe_strogatz_constants(theta0.astype(dtype), max_iter=max_iter, points=points)
     ts = save_times(where, ts, t0, t1, num_save, dtype, rtol=rtol, atol=atol, max_steps=max_steps)
     sol = _solve_ws(
