@@ -214,6 +214,32 @@ def test_multihead_usa_overflow_names_the_score_shift(getkey):
     check_usa_overflow("simulate", heads(1), jnp.float64)
     with pytest.raises(ValueError, match="= 600 .* to MultiHeadDynamics"):
         jd.simulate(heads(12), x0, t1=1.0)
+    # Traced (vmapped over the scores' scale and the second head's beta), a member gets its
+    # code as an AttentionDynamics member does: usa_overflow (the same bound, per member),
+    # nonpositive_beta; it read nonfinite_flow / ran on before.
+    from jaxattn.dynamics._solve import _usa_log_limit, usa_log_bound
+
+    assert float(usa_log_bound(heads(12))) == pytest.approx(600 + 104 + math.log(12), rel=1e-14)
+    limit = _usa_log_limit(jnp.float64)
+    assert float(usa_log_bound(heads(1))) < limit < float(usa_log_bound(heads(12)))
+
+    def run(scale, beta2):
+        f = jd.MultiHeadDynamics(
+            jnp.stack([scale * eye, eye]),
+            jnp.stack([eye, eye]),
+            beta=jnp.stack([2.0, beta2]),
+            kernel="usa",
+        )
+        return jd.simulate(f, x0, t1=1.0, num_save=3, throw=False)
+
+    out = jax.jit(jax.vmap(run))(jnp.array([1.0, 400.0, 1.0]), jnp.array([1.0, 1.0, -1.0]))
+    codes = np.asarray(out.result._value).tolist()
+    assert codes == [
+        jd.RESULTS.successful._value,
+        jd.RESULTS.usa_overflow._value,
+        jd.RESULTS.nonpositive_beta._value,
+    ]
+    assert np.all(np.isfinite(out.xs[0])) and np.all(np.isnan(out.xs[1:]))
 
 
 # ------------------------------------------------------------------------ causal masking

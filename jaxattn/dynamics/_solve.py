@@ -777,17 +777,26 @@ class ParticleChecks(eqx.Module):
 
 
 def usa_log_bound(field) -> Float[Array, ""]:
-    r"""`β σ_max(A) − score_shift + log max(σ_max(V), 1)`: the log of a bound of a USA
-    field's size `exp(β <x, A y> − score_shift) · |V y|` on the sphere (traceable;
-    non-finite entries of `A`, `V` read as 0, so that they are reported as non-finite
-    input rather than as an overflow). Compared with `_usa_log_limit(dtype)` by
-    `check_usa_overflow` (concrete fields) and `check_particle_inputs` (per member)."""
-    A_safe = jnp.where(jnp.isfinite(field.A), field.A, 0)
-    V_safe = jnp.where(jnp.isfinite(field.V), field.V, 0)
+    r"""`max_h β_h σ_max(A_h) − score_shift + log max(Σ_h σ_max(V_h) ‖W_o^(h)‖₂, 1)`: the
+    log of a bound of a USA field's size `exp(β <x, A y> − score_shift) · |V y|` on the
+    sphere, for one head (`AttentionDynamics`: `β σ_max(A) − score_shift + log max(σ_max(V),
+    1)`) or several (`MultiHeadDynamics`), traceable; non-finite entries read as 0, so that
+    they are reported as non-finite input rather than as an overflow. Compared with
+    `_usa_log_limit(dtype)` by `check_particle_inputs` (per member); the concrete twin is
+    `_usa_log_bound_unshifted` (`check_usa_overflow`)."""
+
+    def finite(a):
+        return jnp.where(jnp.isfinite(a), a, 0)
+
+    sigma = jnp.linalg.norm(finite(field.A), ord=2, axis=(-2, -1))
+    values = jnp.linalg.norm(finite(field.V), ord=2, axis=(-2, -1))
+    W_o = getattr(field, "W_o", None)
+    if W_o is not None:
+        values = values * jnp.linalg.norm(finite(W_o), ord=2, axis=(-2, -1))
     return (
-        jnp.abs(field.beta) * jnp.linalg.norm(A_safe, ord=2)
+        jnp.max(jnp.abs(field.beta) * sigma)
         - field.score_shift
-        + jnp.log(jnp.maximum(jnp.linalg.norm(V_safe, ord=2), 1))
+        + jnp.log(jnp.maximum(jnp.sum(values), 1))
     )
 
 
@@ -805,7 +814,7 @@ def is_builtin_flow(field) -> bool:
 def check_usa_overflow(where: str, field, dtype) -> None:
     """Refuse, before solving, a USA `AttentionDynamics` or `MultiHeadDynamics` with
     concrete finite `A`, `V`, `beta` whose weights can overflow `dtype` (shared by
-    `simulate` and `lyapunov_spectrum`; a traced `AttentionDynamics` is checked per member
+    `simulate` and `lyapunov_spectrum`; a traced field is checked per member
     by `check_particle_inputs`). For several heads the bound takes the largest score and
     the sum of the value maps' norms (times `‖W_o‖₂`).
 
@@ -837,7 +846,7 @@ def check_particle_inputs(field, x0, *, project: bool = False):
     dtype = x0.dtype
     norms = safe_norm(x0)
     sphere = flow_manifold(field) == "sphere"
-    builtin = isinstance(field, AttentionDynamics)
+    builtin = is_builtin_flow(field)  # AttentionDynamics, MultiHeadDynamics
     bad_input = jnp.all(jnp.isfinite(x0))
     for leaf in jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array)):
         bad_input = bad_input & jnp.all(jnp.isfinite(leaf))
@@ -848,7 +857,7 @@ def check_particle_inputs(field, x0, *, project: bool = False):
     else:
         overflow = jnp.array(False)
     beta = field.beta if builtin else None
-    nonpositive_beta = jnp.array(False) if beta is None else ~(beta > 0)
+    nonpositive_beta = jnp.array(False) if beta is None else jnp.any(~(beta > 0))
     invalid = bad_input | zero_token | overflow | nonpositive_beta
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
     x_finite = jnp.where(jnp.isfinite(x0), x0, 0)
