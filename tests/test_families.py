@@ -242,6 +242,41 @@ def test_multihead_usa_overflow_names_the_score_shift(getkey):
     assert np.all(np.isfinite(out.xs[0])) and np.all(np.isnan(out.xs[1:]))
 
 
+@pytest.mark.parametrize("time_scale", ["physical", "natural"])
+def test_sweep_members_get_the_input_codes_of_every_builtin_flow(time_scale):
+    """A sweep wraps a member that is not a plain AttentionDynamics (MultiHeadDynamics, an
+    nGPT AttentionDynamics) in its natural-time rescaling, whose weights the per-member
+    checks did not see: a head with beta -1 read successful, an overflowing USA member
+    nonfinite_flow, time_stalled or even successful (helper-25). Now as simulate does."""
+    eye = jnp.eye(3)
+    codes = [jd.RESULTS.successful, jd.RESULTS.usa_overflow, jd.RESULTS.nonpositive_beta]
+    codes = [int(c._value) for c in codes]
+
+    def multihead(scale, beta2):
+        return jd.MultiHeadDynamics(
+            jnp.stack([scale * eye, eye]),
+            jnp.stack([eye, eye]),
+            beta=jnp.stack([2.0, beta2]),
+            kernel="usa",
+        )
+
+    def ngpt(scale, beta):
+        # beta sigma_max(A) = 800 > log(float64 max) - log 64 for the scale 400 member
+        return jd.AttentionDynamics(
+            scale * eye, eye, beta=2 * beta, kernel="usa", normalisation="ngpt"
+        )
+
+    kw = dict(
+        integration=jd.Integration(t1=2.0, num_save=21, time_scale=time_scale),
+        runner=jd.Runner(progress=False),
+    )
+    scales, betas = jnp.array([1.0, 400.0, 1.0]), jnp.array([1.0, 1.0, -1.0])
+    for make in (multihead, ngpt):
+        flows = eqx.filter_vmap(make)(scales, betas)
+        res = jd.sweep(jd.Members(flows, seeds=np.arange(3), n=6), **kw)
+        assert np.asarray(res.result).tolist() == codes, make.__name__
+
+
 # ------------------------------------------------------------------------ causal masking
 
 

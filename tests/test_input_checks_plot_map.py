@@ -401,6 +401,15 @@ def test_plots_and_cross_ratio_name_an_argument_of_the_wrong_kind():
         jplot.plot_concentration(object())
     with pytest.raises(TypeError, match="plot_contraction: audit must be a ContractionAudit"):
         jplot.plot_contraction(None)
+    from types import SimpleNamespace
+
+    for norm, bound in (
+        (np.ones(3), np.ones(3)),
+        (np.ones((0, 3)),) * 2,
+        (np.ones((2, 3)), np.ones((1, 3))),
+    ):
+        with pytest.raises(ValueError, match=r"plot_contraction: audit.norm and audit.produc"):
+            jplot.plot_contraction(SimpleNamespace(norm=norm, product_bound=bound))
     assert _open_figures() == []
 
 
@@ -417,11 +426,25 @@ def test_plots_and_cross_ratio_name_an_argument_of_the_wrong_kind():
             ValueError,
             r"run 'a': 'loss' has shape \(1,\), its 'steps' \(2,\); give one number per step",
         ),
+        # (helper-25: a ZeroDivisionError, matplotlib's and NumPy's errors)
+        ({"a": {"steps": [1, 2], "note": "x"}}, ValueError, "no run has a quantity to plot"),
+        ({"a": {"steps": [1, 2], "loss": None}}, ValueError, r"'loss' has shape \(\), its"),
+        ({"a": {"steps": [1, 2], "loss": ["a", "b"]}}, ValueError, "'loss' must be a sequenc"),
+        ({"a": {"steps": [[1], [2, 3]]}}, ValueError, "'steps' must be a sequence of numbers"),
     ],
 )
 def test_plot_mechanism_over_training_names_a_bad_run(runs, error, match):
     with pytest.raises(error, match=match):
         jplot.plot_mechanism_over_training(runs)
+    assert _open_figures() == []
+
+
+def test_plots_refuse_save_times_that_are_not_finite():
+    ts = np.array([0.0, np.nan, 2.0])
+    with pytest.raises(ValueError, match=r"plot_tokens: ts must be finite save times, got nan at"):
+        jplot.plot_tokens(ts, _tokens())
+    with pytest.raises(ValueError, match="plot_order_parameter: ts must be finite save times"):
+        jplot.plot_order_parameter(ts, np.full(3, 0.5 + 0j))
     assert _open_figures() == []
 
 

@@ -281,7 +281,10 @@ def solve_ott_antonsen(
     - `t1`, `t0`: end and start time; `ts` save times (shape `(times,)`), default
       `num_save` equally spaced times.
     - `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`: as in `diffrax.diffeqsolve`
-      (adaptive steps through `diffrax.PIDController(rtol, atol)`).
+      (adaptive steps through `diffrax.PIDController(rtol, atol)`, with `simulate`'s guard:
+      a clock that stops advancing ends the solve with `RESULTS.time_stalled`, a field
+      that turns non-finite with `RESULTS.nonfinite_flow`; a sweep's members do without
+      it and read `max_steps_reached` there).
     - `throw`: raise if the solve is not successful: a `RuntimeError` naming the `RESULTS`
       code (e.g. `max_steps` reached), or under `jit`/`vmap` a subclass of it
       (`EquinoxRuntimeError`, or `JaxRuntimeError` under plain `jax.jit`).

@@ -832,6 +832,21 @@ def check_usa_overflow(where: str, field, dtype) -> None:
         raise ValueError(usa_overflow_message(where, field, dtype))
 
 
+class _TimeRescaled(eqx.Module):
+    """`flow` in the time `s = r t`: `dx/ds = f(s/r, x)/r` (a sweep member's natural time).
+    `check_particle_inputs` checks the wrapped flow (the rescaling changes no weight)."""
+
+    flow: Any
+    rate: jax.Array
+
+    @property
+    def manifold(self):
+        return getattr(self.flow, "manifold", "sphere")
+
+    def __call__(self, t, x, args=None):
+        return self.flow(t / self.rate, x, args) / self.rate
+
+
 def check_particle_inputs(field, x0, *, project: bool = False):
     """The per-member input checks of a particle solve (traceable; shared by
     `prepare_particles` and `lyapunov_spectrum`): non-finite input, a zero token on the
@@ -846,17 +861,20 @@ def check_particle_inputs(field, x0, *, project: bool = False):
     dtype = x0.dtype
     norms = safe_norm(x0)
     sphere = flow_manifold(field) == "sphere"
-    builtin = is_builtin_flow(field)  # AttentionDynamics, MultiHeadDynamics
+    # A sweep member in natural time is its flow wrapped in `_TimeRescaled`: the weights
+    # (USA overflow, beta) are those of the wrapped flow.
+    base = field.flow if isinstance(field, _TimeRescaled) else field
+    builtin = is_builtin_flow(base)  # AttentionDynamics, MultiHeadDynamics
     bad_input = jnp.all(jnp.isfinite(x0))
     for leaf in jax.tree.leaves(eqx.filter(field, eqx.is_inexact_array)):
         bad_input = bad_input & jnp.all(jnp.isfinite(leaf))
     bad_input = ~bad_input
     zero_token = jnp.any(norms == 0) if sphere else jnp.array(False)
-    if builtin and field.kernel == "usa":
-        overflow = usa_log_bound(field) > _usa_log_limit(dtype)
+    if builtin and base.kernel == "usa":
+        overflow = usa_log_bound(base) > _usa_log_limit(dtype)
     else:
         overflow = jnp.array(False)
-    beta = field.beta if builtin else None
+    beta = base.beta if builtin else None
     nonpositive_beta = jnp.array(False) if beta is None else jnp.any(~(beta > 0))
     invalid = bad_input | zero_token | overflow | nonpositive_beta
     e1 = jnp.zeros_like(x0).at[:, 0].set(1)
@@ -995,8 +1013,8 @@ def check_solve_dtype(where: str, dtype) -> None:
     if jnp.issubdtype(dt, jnp.inexact) and jnp.finfo(dt).bits < 32:
         raise ValueError(
             f"{where}: the inputs make a {dt.name} solve; half precision is not supported "
-            f"(about 3 significant digits, below any useful tolerance). Cast A, V and the "
-            f"initial state to float32 or float64."
+            f"(about 3 significant digits, below any useful tolerance). Cast the inputs (the "
+            f"weights and the initial state) to float32 or float64."
         )
 
 
@@ -1037,7 +1055,14 @@ def save_times(where, ts, t0, t1, num_save, dtype, *, rtol=None, atol=None, max_
                 f"{where}: num_save must be >= 2 (the default grid saves t0 and t1), got "
                 f"{num_save}; pass ts=[t1] to save the final state only."
             )
-        return jnp.linspace(t0, t1, int(num_save), dtype=dtype)
+        ts = jnp.linspace(t0, t1, int(num_save), dtype=dtype)
+        if _is_concrete(ts) and np.any(np.diff(np.asarray(ts)) < 0):
+            # Far from t = 0 in float32 (spacing 1 near t = 1e7) the grid's rounding can go
+            # backwards, which diffrax refuses deep inside; rounding the float64 grid keeps
+            # it non-decreasing (the solve then reports `time_stalled` if the clock stops).
+            grid = np.linspace(float(t0), float(t1), int(num_save))
+            ts = jnp.asarray(grid.astype(jnp.dtype(dtype)))
+        return ts
     ts = jnp.asarray(ts, dtype=dtype)
     if ts.ndim != 1 or ts.shape[0] == 0:
         raise ValueError(f"{where}: ts must be a non-empty 1-d array, got shape {ts.shape}.")

@@ -154,6 +154,7 @@ from ._regimes import (
 from ._segments import advance_segments, segments_solution, start_segments
 from ._solve import (
     RESULTS,
+    _TimeRescaled,
     check_flow,
     check_rtol_below_one,
     finish_particles,
@@ -847,20 +848,6 @@ class _Config:
         if callable(self.init):
             out["init"] = f"callable {getattr(self.init, '__qualname__', repr(self.init))}"
         return out
-
-
-class _TimeRescaled(eqx.Module):
-    """`flow` in the time `s = r t`: `dx/ds = f(s/r, x)/r` (the member's natural time)."""
-
-    flow: Any
-    rate: jax.Array
-
-    @property
-    def manifold(self):
-        return getattr(self.flow, "manifold", "sphere")
-
-    def __call__(self, t, x, args=None):
-        return self.flow(t / self.rate, x, args) / self.rate
 
 
 def _initial_state(key, cfg: _Config | Members, dtype):

@@ -59,6 +59,17 @@ def _check_runs(runs) -> None:
         )
     if not runs:
         raise ValueError(f"{where}: runs is empty; give at least one run.")
+
+    def numbers(label, key, values):
+        try:
+            return np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{where}: run {label!r}: {key!r} must be a sequence of numbers, got "
+                f"{type(values).__name__}."
+            ) from None
+
+    keys = [key for key, _, _ in _TRAINING_PANELS]
     for label, run in runs.items():
         if not isinstance(run, Mapping):
             raise TypeError(
@@ -66,18 +77,19 @@ def _check_runs(runs) -> None:
             )
         if "steps" not in run:
             raise ValueError(f"{where}: run {label!r} has no 'steps'.")
-        steps = np.shape(run["steps"])
+        steps = numbers(label, "steps", run["steps"]).shape
         if len(steps) != 1:
             raise ValueError(
                 f"{where}: run {label!r}: 'steps' must be a sequence of numbers, got shape {steps}."
             )
-        for key, _, _ in _TRAINING_PANELS:
-            values = run.get(key)
-            if values is not None and np.shape(values) != steps:
+        for key in keys:
+            if key in run and numbers(label, key, run[key]).shape != steps:
                 raise ValueError(
-                    f"{where}: run {label!r}: {key!r} has shape {np.shape(values)}, its "
+                    f"{where}: run {label!r}: {key!r} has shape {np.shape(run[key])}, its "
                     f"'steps' {steps}; give one number per step."
                 )
+    if not any(key in run for run in runs.values() for key in keys):
+        raise ValueError(f"{where}: no run has a quantity to plot (any of {', '.join(keys)}).")
 
 
 def _length_ticks(ax, S):
@@ -186,12 +198,19 @@ def plot_contraction(audit, *, title: str = "", path=None):
 
     **Arguments:** `audit`, a `ContractionAudit` (`norm`, `product_bound` `(layers, rows)`).
 
-    **Raises:** `TypeError` when `audit` is not a `ContractionAudit` (lacks its fields).
+    **Raises:** `TypeError` when `audit` is not a `ContractionAudit` (lacks its fields);
+    `ValueError` when `norm` and `product_bound` are not of one shape `(layers, rows)` with
+    `layers, rows >= 1`.
     """
     _audit_fields("plot_contraction", audit, "ContractionAudit", ("norm", "product_bound"))
-    plt = _plt()
     n = np.asarray(audit.norm, dtype=np.float64)
     pb = np.asarray(audit.product_bound, dtype=np.float64)
+    if n.ndim != 2 or n.shape != pb.shape or 0 in n.shape:
+        raise ValueError(
+            "plot_contraction: audit.norm and audit.product_bound must both have shape "
+            f"(layers, rows) with layers, rows >= 1, got {n.shape} and {pb.shape}."
+        )
+    plt = _plt()
     layers = n.shape[0]
     fig, ax = plt.subplots(figsize=(max(3.5, 1.4 * layers + 1.5), 3.0))
     floor = 1e-12
@@ -229,8 +248,9 @@ def plot_mechanism_over_training(
     number per step (missing keys are skipped, other keys ignored).
 
     **Raises:** `TypeError` when `runs` is not a mapping of mappings; `ValueError` when it
-    is empty, a run has no `"steps"`, or a quantity's length differs from its run's steps
-    (the run and the quantity are named); all before any figure is opened.
+    is empty, a run has no `"steps"`, a quantity is not numbers or its length differs from
+    its run's steps (the run and the quantity are named), or no run has any quantity; all
+    before any figure is opened.
     """
     _check_runs(runs)
     plt = _plt()

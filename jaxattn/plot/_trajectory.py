@@ -61,12 +61,17 @@ def _tokens(where: str, xs, *, times: bool = True) -> np.ndarray:
 def _times(where: str, ts, count: int, of: str) -> np.ndarray:
     """Save times `(count,)`, one per save of `of`, as float64.
 
-    **Raises:** `ValueError` naming `ts` for another shape or complex values."""
+    **Raises:** `ValueError` naming `ts` for another shape, complex or non-finite values."""
     ts = _real(where, "ts", ts)
     if ts.shape != (count,):
         raise ValueError(
             f"{where}: ts must have shape (times,) = ({count},), one time per save of {of}, "
             f"got {ts.shape}."
+        )
+    bad = np.flatnonzero(~np.isfinite(ts))
+    if bad.size:
+        raise ValueError(
+            f"{where}: ts must be finite save times, got {ts[bad[0]]} at index {bad[0]}."
         )
     return ts
 
