@@ -384,6 +384,10 @@ def test_time_varying_non_jittable_callable_is_named():
         jd.TimeVaryingDynamics(jnp.eye(2), lambda t: jnp.ones(3))
     with pytest.raises(ValueError, match="only LSA is bilinear"):
         jd.TimeVaryingDynamics(jnp.eye(2), jnp.eye(2), kernel="sa").homogenised()
+    # The refusal names what fails (it listed d, kernel, causal, normalisation, all fine).
+    heads = jd.MultiHeadDynamics(jnp.eye(2)[None], jnp.eye(2)[None], W_o=2 * jnp.eye(2))
+    with pytest.raises(ValueError, match=r"no output map; got d = 2, .*, an output map W_o\."):
+        jd.homogenised_ott_antonsen_field(0.3 + 0j, heads)
 
 
 @pytest.mark.slow

@@ -492,7 +492,8 @@ def homogenised_ott_antonsen_field(
         raise ValueError(
             f"{where}: the Ott–Antonsen reduction needs d = 2 LSA, Post-LN, no causal mask and "
             f"no output map; got d = {heads.d}, kernel {heads.kernel!r}, causal {heads.causal}, "
-            f"normalisation {heads.normalisation!r}."
+            f"normalisation {heads.normalisation!r}, "
+            f"{'no output map' if heads.W_o is None else 'an output map W_o'}."
         )
     fields = jax.vmap(lambda a, v, b: ott_antonsen_field(R, a, v, b))(heads.A, heads.V, heads.beta)
     return jnp.sum(fields, axis=0)

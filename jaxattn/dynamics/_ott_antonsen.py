@@ -234,7 +234,7 @@ def check_ott_antonsen_inputs(where: str, A, V, beta, R0):
             raise ValueError(f"{where}: R0 is not finite ({r0}).")
         if abs(r0) > 1 + _DISC_SLACK:
             raise ValueError(
-                f"{where}: |R0| = {abs(r0):.6g} > 1; the order parameter R₂ lies in the "
+                f"{where}: |R0| = {abs(r0):.10g} > 1; the order parameter R₂ lies in the "
                 f"closed unit disc."
             )
     dtype = jnp.result_type(A, V, beta, jnp.real(R0), float)  # a Python beta stays weak
