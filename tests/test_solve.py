@@ -397,6 +397,13 @@ def test_half_precision_is_refused_by_name(half):
             call()
     with pytest.raises(ValueError, match=rf"simulate: the inputs make a {name} solve"):
         simulate(heads, x0, t1=1.0)
+    # half-precision tokens beside float32 angles were refused as "not the token of theta0"
+    theta32 = theta.astype(jnp.float32)
+    points = jnp.stack([jnp.cos(theta32), jnp.sin(theta32)], -1).astype(half)
+    with pytest.raises(ValueError, match=rf"points are {name}; half precision is not supp"):
+        solve_watanabe_strogatz(
+            A.astype(jnp.float32), V.astype(jnp.float32), theta32, t1=1.0, points=points
+        )
 
 
 def test_the_suggested_score_shift_passes_the_overflow_check():

@@ -364,6 +364,12 @@ def watanabe_strogatz_constants(
                 f"{where}: points must be real floating-point tokens (cos θ_k, sin θ_k), "
                 f"got dtype {points.dtype}."
             )
+        if jnp.finfo(points.dtype).bits < 32:
+            raise ValueError(
+                f"{where}: points are {points.dtype.name}; half precision is not supported "
+                f"(about 3 significant digits). Pass float32 or float64 tokens, or leave "
+                f"points out."
+            )
         if _is_concrete(points) and _is_concrete(theta0):
             # A concrete call can afford the trigonometry the argument saves: the tokens
             # must be those of theta0 (another lift θ + π flips e^{iψ/2}), in its precision.
