@@ -26,6 +26,7 @@ from ._ott_antonsen import (
     oa_start,
     ott_antonsen_field,
 )
+from ._segments import Problem, solve_problem
 from ._solve import pid_controller, raise_on_failure, save_times
 from ._vector_field import (
     KERNELS,
@@ -520,18 +521,16 @@ def _solve_averaged(heads, R0, ts, t0, t1, solver, rtol, atol, max_steps):
         heads,
         tuple(jnp.where(invalid, 0, a) for a in (heads.A, heads.V, heads.beta)),
     )
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(_AveragedRhs(run)),
-        DiscProjection(solver),
-        t0=t0,
-        t1=t1,
-        dt0=None,
+    # The solve of `solve_ott_antonsen` (`Problem`, `solve_problem`) with the averaged field.
+    problem = Problem(
+        term=diffrax.ODETerm(_AveragedRhs(run)),
+        solver=DiscProjection(solver),
         y0=y0,
-        saveat=diffrax.SaveAt(ts=ts, solver_state=True),
-        stepsize_controller=pid_controller(rtol, atol, stall_guard=True),
-        max_steps=max_steps,
-        throw=False,
+        args=None,
+        controller=pid_controller(rtol, atol, stall_guard=True),
+        save_solver_state=True,
     )
+    sol = solve_problem(problem, t0, t1, None, ts, diffrax.RecursiveCheckpointAdjoint(), max_steps)
     return finish_ott_antonsen(checks, sol, ts)
 
 
