@@ -92,6 +92,30 @@ def test_the_reduced_solvers_report_a_stalled_clock_and_an_overflow_as_simulate_
         solve_ott_antonsen(A, V, 0.3 + 0.1j, t0=1e5, t1=1e5 + 10, num_save=11)
 
 
+def test_a_stiff_field_at_max_steps_is_told_from_a_short_budget():
+    """An eager max_steps failure says how far the solve got. A huge but finite field
+    (beta 1e200: every step is rejected, the clock still advances in float64, so the stall
+    guard cannot see it) is told apart: more max_steps cannot help; a solve that merely ran
+    out of steps gets a lower bound on the steps the horizon needs."""
+    from jaxattn.dynamics import solve_ott_antonsen
+
+    A = jnp.eye(2)
+    V = jnp.array([[0.2, 1.0], [-1.0, 0.2]])
+    x0 = sample_uniform(jax.random.key(0), 8, 2)
+    with pytest.raises(RuntimeError, match="0 accepted.*more max_steps cannot help.*stiff"):
+        simulate(AttentionDynamics(A, V, beta=1e200), x0, t1=5.0, num_save=11, max_steps=60)
+    with pytest.raises(RuntimeError, match="more max_steps cannot help") as e:
+        solve_ott_antonsen(1e100 * A, 1e100 * V, 0.3 + 0.1j, t1=5.0, num_save=11, max_steps=60)
+    assert "solve_ott_antonsen" in str(e.value)
+    with pytest.raises(RuntimeError, match="needs at least") as e:
+        solve_ott_antonsen(A, V, 0.3 + 0.1j, t1=50.0, num_save=11, max_steps=4)
+    need = float(str(e.value).split("needs at least ")[1].split(" steps")[0])
+    assert "cannot help" not in str(e.value)
+    # A lower bound indeed: the whole solve takes at least that many steps.
+    sol = solve_ott_antonsen(A, V, 0.3 + 0.1j, t1=50.0, num_save=11)
+    assert sol.result == RESULTS.successful and int(sol.num_steps) >= need
+
+
 @pytest.mark.slow
 def test_backsolve_adjoint_refused_under_projection_and_exact_to_rtol_without():
     """BacksolveAdjoint used to crash with a TypeError about WrapTerm under the default

@@ -174,8 +174,21 @@ def test_max_steps_raises_with_throw():
     with pytest.raises((eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError), match="maximum"):
         run(field)
     traj = _run(A, V, 400.0)
-    assert "steps`. Pass" in str(e.value)  # one full stop between the two sentences
     assert traj.result == RESULTS.max_steps_reached
+    # How far it got, read from the same solve kept with throw=False: its steps, the last
+    # save time with a finite state, and a lower bound on the steps the horizon needs (it
+    # stopped before the next save).
+    reached = int(np.sum(np.all(np.isfinite(np.asarray(traj.xs)), axis=(1, 2))))
+    assert 1 <= reached < 11
+    ts = np.asarray(traj.ts)
+    need = 300 * 5.0 / ts[reached]
+    text = str(e.value)
+    assert (
+        f"It stopped after 300 steps ({int(traj.num_accepted_steps)} accepted); the last save "
+        f"reached is t = {ts[reached - 1]:.6g} of 5. At that pace t = 5 needs at least "
+        f"{need:.2g} steps: raise max_steps above that. Pass throw=False" in text
+    )
+    assert "steps`. It stopped" in text  # one full stop between the sentences
 
 
 def _loss(A, V, beta, x0, W):

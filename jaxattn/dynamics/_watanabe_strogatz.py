@@ -773,7 +773,11 @@ def solve_watanabe_strogatz(
     )
     if throw:
         zeta = raise_on_failure(
-            "solve_watanabe_strogatz", sol.result, sol.zeta, "WatanabeStrogatzSolution.result"
+            "solve_watanabe_strogatz",
+            sol.result,
+            sol.zeta,
+            "WatanabeStrogatzSolution.result",
+            sol,
         )
         sol = eqx.tree_at(lambda s: s.zeta, sol, zeta)
     return sol
