@@ -203,6 +203,12 @@ def test_failing_member_is_flagged_and_others_unchanged():
     assert [f["index"] for f in fails] == [1, 2]
     assert fails[1]["reason"] == "max_steps_reached"
     assert fails[1]["A"][0][0] == 300.0
+    # How far each got: the refused member took no step and saved nothing; the other ran
+    # its 400 steps and its last finite save is where the partial order parameter ends.
+    assert (fails[0]["num_steps"], fails[0]["last_save"]) == (int(res.num_steps[1]), None)
+    finite = np.flatnonzero(np.isfinite(res.order[2]))
+    assert fails[1]["num_steps"] == 400 and 0 < finite.size < 41
+    assert fails[1]["last_save"] == res.ts[2][finite[-1]] < 20.0
     for i in (0, 3):
         solo = sweep(A[i], V[i], 1.0, i, **kw)
         np.testing.assert_allclose(solo.R2[0], res.R2[i], rtol=0, atol=1e-13)

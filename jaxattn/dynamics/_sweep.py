@@ -1500,9 +1500,18 @@ class SweepResult:
         return c
 
     def failures(self) -> list[dict]:
-        """Each failed member with its parameters and the reason."""
+        """Each failed member with its parameters and the reason: a dict with `index`,
+        `reason` (the `RESULTS` code's name, or "non-finite" for a successful solve whose
+        order parameter is not finite), the parameters by name, `seed`, and how far the
+        solve got: `num_steps` and `last_save` (the last physical save time whose order
+        parameter is finite; None if none is, as for a non-finite argument)."""
         bad = np.flatnonzero(self.failed)
-        return _failure_records(bad, self.result[bad], self.params, self.seed)
+        out = _failure_records(bad, self.result[bad], self.params, self.seed)
+        for rec, i in zip(out, bad):
+            finite = np.flatnonzero(np.isfinite(np.asarray(self.order[i])))
+            rec["num_steps"] = int(self.num_steps[i])
+            rec["last_save"] = float(self.ts[i][finite[-1]]) if finite.size else None
+        return out
 
     def failure_reasons(self) -> list[tuple[str, int]]:
         """Why members failed: `(name of the RESULTS code, number of members)`, most
