@@ -23,6 +23,7 @@ from jaxattn.dynamics import (
     classify_tokens,
     regime_name,
     sample_wrapped_cauchy,
+    solve_ott_antonsen,
     solve_watanabe_strogatz,
 )
 from jaxattn.dynamics._regimes import (
@@ -214,6 +215,38 @@ def test_nonpositive_beta_fails_alone_for_every_method(method):
     assert res.failed.tolist() == [False, True, True]
     assert np.all(res.result[1:] == RESULTS.nonpositive_beta._value)
     assert np.all(np.isfinite(res.R2[0]))
+
+
+@pytest.mark.parametrize("method", ["ott_antonsen", "watanabe_strogatz"])
+def test_an_overflowing_field_fails_at_once_on_every_path(method):
+    """Finite weights whose products overflow (A = V = 1e200 I) make the reduced field
+    non-finite from the start: `nonfinite_flow` without stepping, in the standalone solve
+    (which has the stall guard) and in both sweep strategies (which do without it: the
+    compacting WS member used to run 4096 steps to read max_steps_reached); the member
+    beside it runs on."""
+    from jaxattn.dynamics._solve import RESULTS
+    from jaxattn.dynamics._sweep import sweep
+
+    big = 1e200 * np.eye(2)
+    A = np.stack([CASE3_A, big])
+    V = np.stack([CASE3_V, big])
+    kw = dict(method=method, n=16, t1=10.0, num_save=21, progress=False)
+    runs = {s: sweep(A, V, 1.0, 0, strategy=s, **kw) for s in ("lockstep", "compact")}
+    for strategy, res in runs.items():
+        assert res.failed.tolist() == [False, True], strategy
+        assert res.result[1] == RESULTS.nonfinite_flow._value, strategy
+        assert res.failures()[0]["last_save"] is None, strategy
+        assert np.all(np.isfinite(res.R2[0])), strategy
+    # The healthy member runs on alike in both strategies (steps may differ by rounding).
+    assert runs["lockstep"].regime[0] == runs["compact"].regime[0]
+    np.testing.assert_allclose(runs["lockstep"].R2[0], runs["compact"].R2[0], atol=1e-6)
+    if method == "ott_antonsen":
+        sol = solve_ott_antonsen(big, big, 0.3 + 0.1j, t1=10.0, num_save=21, throw=False)
+    else:
+        theta = sample_wrapped_cauchy(jax.random.key(1), 16, 0.1 + 0j)
+        sol = solve_watanabe_strogatz(big, big, theta, t1=10.0, num_save=21, throw=False)
+    assert sol.result == RESULTS.nonfinite_flow
+    assert int(sol.num_accepted_steps) == int(sol.num_steps)  # the zero field: no rejection
 
 
 def test_one_save_time_is_refused_by_the_solvers():

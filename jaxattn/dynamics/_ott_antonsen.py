@@ -136,6 +136,10 @@ class OttAntonsenChecks(eqx.Module):
     outside: Bool[Array, ""]
     overshoot0: Float[Array, ""]
     nonpositive: Bool[Array, ""]  # a (finite) β ≤ 0: refused when concrete, a code when traced
+    # Finite inputs whose field is already non-finite at R₂(0) (weights so large that the
+    # products overflow): `nonfinite_flow` at once, on every path (a sweep member steps
+    # without the stall guard and would otherwise run to max_steps).
+    overflow: Bool[Array, ""]
 
 
 def oa_input_flags(A, V, beta, y0):
@@ -165,7 +169,13 @@ def oa_start(A, V, beta, R0, dtype):
     y0, over0 = _clip_disc(y0)
     outside = over0 > _DISC_SLACK
     invalid = bad | outside | nonpositive
-    checks = OttAntonsenChecks(bad=bad, outside=outside, overshoot0=over0, nonpositive=nonpositive)
+    checks = OttAntonsenChecks(
+        bad=bad,
+        outside=outside,
+        overshoot0=over0,
+        nonpositive=nonpositive,
+        overflow=jnp.zeros_like(bad),  # set by `prepare_ott_antonsen`, which has the field
+    )
     return checks, invalid, jnp.where(invalid, 0, y0)
 
 
@@ -173,6 +183,9 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol, *, stall_gua
     """The Ott–Antonsen `Problem` for `R₂(0) = R0`, with the per-member input checks
     (`oa_start`); `stall_guard` for a standalone solve (`pid_controller`)."""
     checks, invalid, y0 = oa_start(A, V, beta, R0, dtype)
+    overflow = ~invalid & ~jnp.all(jnp.isfinite(_oa_rhs(0.0, y0, (A, V, beta))))
+    checks = eqx.tree_at(lambda c: c.overflow, checks, overflow)
+    invalid = invalid | overflow
     args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta))
     problem = Problem(
         term=diffrax.ODETerm(_oa_rhs),
@@ -187,7 +200,7 @@ def prepare_ott_antonsen(A, V, beta, R0, dtype, solver, rtol, atol, *, stall_gua
 
 def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSolution:
     """The `OttAntonsenSolution` of a finished solve (whole or segmented)."""
-    invalid = checks.bad | checks.outside | checks.nonpositive
+    invalid = checks.bad | checks.outside | checks.nonpositive | checks.overflow
     R = sol.ys[:, 0] + 1j * sol.ys[:, 1]
     # Saved states are interpolated between steps and can leave the closed disc by about
     # the tolerance; |R₂| ≤ 1 by definition, so clip them (a member on the circle read
@@ -195,6 +208,7 @@ def finish_ott_antonsen(checks: OttAntonsenChecks, sol, ts) -> OttAntonsenSoluti
     R = R / jnp.maximum(1, jnp.abs(R))
     R = jnp.where(invalid, jnp.nan, R)
     result = promote_result(sol.result)
+    result = RESULTS.where(checks.overflow, RESULTS.nonfinite_flow, result)
     result = RESULTS.where(checks.outside & ~checks.bad, RESULTS.outside_disc, result)
     result = RESULTS.where(checks.nonpositive, RESULTS.nonpositive_beta, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
@@ -283,8 +297,9 @@ def solve_ott_antonsen(
     - `dt0`, `solver`, `rtol`, `atol`, `max_steps`, `adjoint`: as in `diffrax.diffeqsolve`
       (adaptive steps through `diffrax.PIDController(rtol, atol)`, with `simulate`'s guard:
       a clock that stops advancing ends the solve with `RESULTS.time_stalled`, a field
-      that turns non-finite with `RESULTS.nonfinite_flow`; a sweep's members do without
-      it and read `max_steps_reached` there).
+      that turns non-finite with `RESULTS.nonfinite_flow`, at once where it is non-finite
+      at `R0`; the members of a compacting sweep step without the guard and read
+      `max_steps_reached` where the field turns non-finite or stalls later on).
     - `throw`: raise if the solve is not successful: a `RuntimeError` naming the `RESULTS`
       code (e.g. `max_steps` reached), or under `jit`/`vmap` a subclass of it
       (`EquinoxRuntimeError`, or `JaxRuntimeError` under plain `jax.jit`).

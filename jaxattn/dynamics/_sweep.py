@@ -41,8 +41,10 @@ of an adaptive solve advances a batch in one `while_loop`: every member would pa
 many loop iterations as the slowest member of its batch (lockstep). Instead, each device
 prepares its members of a chunk (the `Problem` of `prepare_particles` / `prepare_ott_antonsen` /
 `prepare_watanabe_strogatz`, the very problem the public solvers build, except that the
-reduced solvers' members step without the stall guard: `_solve.pid_controller`), keeps `slots` of
-them in a pool and advances the pool `segment_steps` (K) steps at a time
+reduced solvers' members step without the stall guard, `_solve.pid_controller`: a field
+non-finite from the start still reads `nonfinite_flow`, one that turns non-finite or stalls
+later `max_steps_reached`; the lockstep path calls the public solvers, guard included),
+keeps `slots` of them in a pool and advances the pool `segment_steps` (K) steps at a time
 (`_segments.advance_segments`, vmapped), all inside one compiled `while_loop`. After a
 segment, members that finished or failed are written back and their slots refilled from the
 device's queue (`start_segments` states, most costly member first by the predicted cost,

@@ -613,6 +613,10 @@ class WatanabeStrogatzChecks(eqx.Module):
 
     bad: Bool[Array, ""]
     degenerate: Bool[Array, ""]
+    # Finite inputs whose field is already non-finite at the start (weights so large that
+    # the products overflow): `nonfinite_flow` at once, on every path (a sweep member steps
+    # without the stall guard and would otherwise run to max_steps).
+    overflow: Bool[Array, ""]
     constants: WatanabeStrogatzConstants
     # `(cos ψ_k, sin ψ_k)` as the right-hand side reads them (of ψ = 0 for a rejected
     # input), for the sweep's classification of the solve: XLA's float64 `cos` and `sin`
@@ -639,6 +643,9 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol, *, 
     # happiest with real pytrees, and the right-hand side then needs no trigonometry per
     # token): the squares of `e^{iψ_k/2}` (ψ = 0 for a rejected input).
     hc, hs = (jnp.where(invalid, x, h).astype(dtype) for x, h in zip((1, 0), consts.half_angle))
+    f0 = _ws_rhs(0.0, jnp.where(invalid, 0, y0), (A, V, beta, *_double_angle(hc, hs)))
+    overflow = ~invalid & ~jnp.all(jnp.isfinite(f0))
+    invalid = invalid | overflow
     args = (
         jnp.where(invalid, 0, A),
         jnp.where(invalid, 0, V),
@@ -654,16 +661,22 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol, *, 
         save_solver_state=True,
     )
     checks = WatanabeStrogatzChecks(
-        bad=bad, degenerate=degenerate, constants=consts, w=args[3:], half=(hc, hs)
+        bad=bad,
+        degenerate=degenerate,
+        overflow=overflow,
+        constants=consts,
+        w=args[3:],
+        half=(hc, hs),
     )
     return problem, checks
 
 
 def finish_watanabe_strogatz(checks: WatanabeStrogatzChecks, sol, ts):
     """The `WatanabeStrogatzSolution` of a finished solve (whole or segmented)."""
-    invalid = checks.bad | checks.degenerate
+    invalid = checks.bad | checks.degenerate | checks.overflow
     ys = jnp.where(invalid, jnp.nan, sol.ys)
     result = promote_result(sol.result)
+    result = RESULTS.where(checks.overflow, RESULTS.nonfinite_flow, result)
     result = RESULTS.where(checks.degenerate, RESULTS.degenerate_configuration, result)
     result = RESULTS.where(checks.bad, RESULTS.nonfinite_argument, result)
     return WatanabeStrogatzSolution(
