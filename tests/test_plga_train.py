@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from jaxattn.plga._checkpoint import CheckpointError, checkpoint_dirs, load_checkpoint
+from jaxattn.plga._checkpoint import (
+    CheckpointError,
+    checkpoint_dirs,
+    load_checkpoint,
+    read_manifest,
+)
 from jaxattn.plga._data import Tokenizer, load_text_data
 from jaxattn.plga._train import (
     NonFiniteLossError,
@@ -293,6 +298,43 @@ def test_corrupt_truncated_and_mismatched_checkpoints_refused(data, tmp_path):
         train(
             _standin(), data, cfg, out_dir=tmp_path / "empty", resume=True, progress=False, log=None
         )
+
+
+def test_resume_on_other_data_or_tokenizer_is_refused(data, tmp_path):
+    """The saved data position indexes the checkpoint's token rows: a resume on other rows
+    (another corpus, tokenizer, split or seq_len: `data_sha256` differs) is refused unless
+    settings may change; a different tokenizer (`tokenizer_sha256`, as the command line
+    records it) is refused always."""
+    from jaxattn.plga._train import data_fingerprint
+
+    cfg = _tc(steps=4)
+    run = tmp_path / "r"
+    tok = {"tokenizer_sha256": "a" * 64}
+    first = train(
+        _standin(), data, cfg, out_dir=run, stop_after=2, manifest=tok, progress=False, log=None
+    )
+    assert first.step == 2
+    assert read_manifest(run)["data_sha256"] == data_fingerprint(data)
+    other = load_text_data(Tokenizer(), seq_len=16, val_fraction=0.25)
+    assert data_fingerprint(other) != data_fingerprint(data)
+    kw = dict(out_dir=run, resume=True, progress=False)
+    with pytest.raises(CheckpointError, match="other training data"):
+        train(_standin(), other, cfg, manifest=tok, log=None, **kw)
+    with pytest.raises(CheckpointError, match="another tokenizer"):
+        train(
+            _standin(),
+            data,
+            cfg,
+            manifest={"tokenizer_sha256": "b" * 64},
+            allow_changed_settings=True,
+            log=None,
+            **kw,
+        )
+    said = []
+    done = train(
+        _standin(), other, cfg, manifest=tok, allow_changed_settings=True, log=said.append, **kw
+    )
+    assert done.step == 4 and any("other training data" in m for m in said)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(data, tmp_path):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import pathlib
@@ -389,14 +390,61 @@ class TrainResult:
     seconds: float
 
 
-def _run_manifest(model, config: TrainConfig, extra):
+def _run_manifest(model, config: TrainConfig, extra, data: TextData | None = None):
     body = {
         "model_config": _checkpoint.config_dict(getattr(model, "config", None)),
         "train_config": _checkpoint.config_dict(config),
         "attention": getattr(model, "attention", None),
     }
     body.update(extra or {})
+    if data is not None:
+        body["data_sha256"] = data_fingerprint(data)
     return body
+
+
+def data_fingerprint(data: TextData) -> str:
+    """SHA-256 (hex) of the token rows a run trains and validates on (`data.train`,
+    `data.val`, as int32, with their shapes): it changes with the corpus, the tokenizer,
+    the validation split and `seq_len`. Recorded in every checkpoint's manifest and
+    compared on resume (the saved data position indexes these rows)."""
+    h = hashlib.sha256()
+    for rows in (data.train, data.val):
+        rows = np.ascontiguousarray(np.asarray(rows), dtype=np.int32)
+        h.update(repr(rows.shape).encode())
+        h.update(rows.tobytes())
+    return h.hexdigest()
+
+
+def _check_same_data(existing, saved: dict, run: dict, allow_changed: bool, say) -> None:
+    """Refuse a resume on other data than the checkpoint's (`data_sha256`), unless
+    `allow_changed` (then say so); a different tokenizer (`tokenizer_sha256`, recorded by
+    the command line) is refused always: its ids name other pieces, so the run's
+    embeddings and its saved tokenizer would no longer match. Checkpoints written before
+    the data fingerprint was recorded are not compared."""
+    tok_then, tok_now = saved.get("tokenizer_sha256"), run.get("tokenizer_sha256")
+    if isinstance(tok_then, str) and isinstance(tok_now, str) and tok_then != tok_now:
+        raise _checkpoint.CheckpointError(
+            f"checkpoint {existing} was trained with another tokenizer (SHA-256 "
+            f"{tok_then[:12]}..., now {tok_now[:12]}...): its ids name other pieces, so the "
+            "model cannot continue on this one. Resume with the run's own tokenizer (omit "
+            "--tokenizer: the run folder keeps a copy as tokenizer.model), or start a new run "
+            "in another folder."
+        )
+    then, now = saved.get("data_sha256"), run.get("data_sha256")
+    if not then or then == now:
+        return
+    what = (
+        "other training data (a different corpus, validation split or seq_len: the saved "
+        "data position would index other text)"
+    )
+    if allow_changed:
+        say(f"resuming on {what}")
+        return
+    raise _checkpoint.CheckpointError(
+        f"checkpoint {existing} was written on {what}. Resume with the same --text, "
+        "--val-fraction and --seq-len, or pass --allow-changed-settings "
+        "(train(..., allow_changed_settings=True)) to continue it on these data anyway."
+    )
 
 
 def train(
@@ -477,7 +525,7 @@ def train(
     optimizer = make_optimizer(config)
     params, static = eqx.partition(model, eqx.is_inexact_array)
     opt_state = optimizer.init(params)
-    run_manifest = _run_manifest(model, config, manifest)
+    run_manifest = _run_manifest(model, config, manifest, data)
 
     step, position = 0, 0
     existing = _checkpoint.latest_checkpoint(out_dir)
@@ -487,7 +535,9 @@ def train(
         existing, note = _checkpoint.usable_checkpoint(out_dir, files=_checkpoint._FILES)
         if note:
             say(note)
-        saved_train = _checkpoint.read_manifest(existing).get("train_config") or {}
+        saved_manifest = _checkpoint.read_manifest(existing)
+        _check_same_data(existing, saved_manifest, run_manifest, allow_changed_settings, say)
+        saved_train = saved_manifest.get("train_config") or {}
         changed = _checkpoint.config_differences(
             saved_train, run_manifest["train_config"], ignore=_RESUMABLE_FIELDS
         )
