@@ -223,6 +223,12 @@ def test_loss_curve_figure_labels(tmp_path):
     assert (tmp_path / "c.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="no training-loss records"):
         plot_loss_curve([{"step": 1, "val_loss": 2.0}])
+    # A last record cut off mid-write (a killed run) is skipped; a bad line elsewhere is not.
+    path.write_text(path.read_text() + '\n{"step": 301, "loss": 1.')
+    assert read_metrics(tmp_path) == got
+    path.write_text('{"step": 1, "loss": 1.\n' + path.read_text())
+    with pytest.raises(ValueError, match="line 1 is not a metrics record"):
+        read_metrics(tmp_path)
 
 
 def test_audit_writes_results_before_figures(tmp_path, capsys):

@@ -300,6 +300,24 @@ def test_corrupt_truncated_and_mismatched_checkpoints_refused(data, tmp_path):
         )
 
 
+def test_resume_repairs_a_metrics_record_cut_off_mid_write(data, tmp_path):
+    from jaxattn.plot._training import read_metrics
+
+    cfg = _tc(steps=4)
+    run = tmp_path / "r"
+    train(_standin(), data, cfg, out_dir=run, stop_after=2, progress=False, log=None)
+    log_path = run / "metrics.jsonl"
+    whole = log_path.read_text()
+    cut = '{"step": 3, "loss": 10.3'  # the kill came mid-write
+    log_path.write_text(whole + cut)
+    said = []
+    train(_standin(), data, cfg, out_dir=run, resume=True, progress=False, log=said.append)
+    assert any(f"dropped an unfinished last record ({len(cut)} bytes" in m for m in said), said
+    text = log_path.read_text()
+    assert text.startswith(whole) and text.endswith("\n")
+    assert [r["step"] for r in read_metrics(run) if "loss" in r] == [1, 2, 3, 4]
+
+
 def test_resume_on_other_data_or_tokenizer_is_refused(data, tmp_path):
     """The saved data position indexes the checkpoint's token rows: a resume on other rows
     (another corpus, tokenizer, split or seq_len: `data_sha256` differs) is refused unless

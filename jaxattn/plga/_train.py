@@ -402,6 +402,22 @@ def _run_manifest(model, config: TrainConfig, extra, data: TextData | None = Non
     return body
 
 
+def _drop_partial_record(path: pathlib.Path, say) -> None:
+    """Cut an unterminated last line off `metrics.jsonl` (a write that a crash or a kill cut
+    short) before appending: otherwise the next record is glued onto it and both are lost.
+    The steps it recorded are after the last checkpoint, so the resumed run writes them
+    again."""
+    if not path.is_file():
+        return
+    blob = path.read_bytes()
+    if not blob or blob.endswith(b"\n"):
+        return
+    keep = blob.rfind(b"\n") + 1
+    with open(path, "r+b") as f:
+        f.truncate(keep)
+    say(f"{path}: dropped an unfinished last record ({len(blob) - keep} bytes, cut off mid-write)")
+
+
 def data_fingerprint(data: TextData) -> str:
     """SHA-256 (hex) of the token rows a run trains and validates on (`data.train`,
     `data.val`, as int32, with their shapes): it changes with the corpus, the tokenizer,
@@ -582,6 +598,7 @@ def train(
     eval_step = _cached_eval_step(config.compute_dtype, pad_id, structure)
     log_path = out_dir / "metrics.jsonl"
     out_dir.mkdir(parents=True, exist_ok=True)
+    _drop_partial_record(log_path, say)
 
     def record(entry):
         with open(log_path, "a") as f:

@@ -20,6 +20,9 @@ def read_metrics(run) -> list[dict]:
     A resumed run repeats the steps after the checkpoint it resumed from; the record written last
     for a step (the run that continued) replaces the earlier ones.
 
+    An unterminated last line that is not a record (a write cut short when the run was
+    killed) is skipped.
+
     **Raises:** `FileNotFoundError` if there is no `metrics.jsonl`; `ValueError` for a line that is
     not a JSON object with an integer `step`.
     """
@@ -29,13 +32,17 @@ def read_metrics(run) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"read_metrics: no metrics file {path}")
     train, val = {}, {}
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    text = path.read_text()
+    lines = text.splitlines()
+    for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
             step = int(rec["step"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            if n == len(lines) and not text.endswith("\n"):
+                break  # a last record cut off mid-write (the run was killed): skipped
             raise ValueError(f"read_metrics: {path} line {n} is not a metrics record") from None
         (val if "val_loss" in rec else train)[step] = rec
     return [train[s] for s in sorted(train)] + [val[s] for s in sorted(val)]
