@@ -223,6 +223,22 @@ def test_tiny_temperature_is_greedy_and_bad_temperatures_are_refused(model):
             generate(model, PROMPT, temperature=bad, **kw)
 
 
+def test_traced_temperature_and_top_p_are_checked_with_the_program(model):
+    """The docstring says `temperature` and `top_p` are traced: under `jit` they are (one
+    program for every value, the same draws as eager calls), and an out-of-range traced
+    value fails with the program, naming it."""
+    kw = dict(max_new_tokens=3, cache="kvg", sampling="top_p", key=jax.random.key(2))
+    run = eqx.filter_jit(lambda t, p: generate(model, PROMPT, temperature=t, top_p=p, **kw))
+    for t, p in ((0.5, 0.9), (2.0, 1.0)):
+        eager = generate(model, PROMPT, temperature=t, top_p=p, **kw)
+        np.testing.assert_array_equal(run(jnp.float32(t), jnp.float32(p)), eager)
+    t, p = jnp.float32(-1.0), jnp.float32(0.9)
+    with pytest.raises(eqx.EquinoxRuntimeError, match="`temperature` must be finite and > 0"):
+        run(t, p)
+    with pytest.raises(eqx.EquinoxRuntimeError, match=r"`top_p` must be in \(0, 1\]"):
+        run(jnp.float32(0.5), jnp.float32(1.5))
+
+
 def test_key_must_be_a_prng_key(model):
     with pytest.raises(ValueError, match=r"generate: `key` must be one PRNG key, e.g. "
                        r"`jax.random.key\(0\)`, got int 0"):  # fmt: skip

@@ -345,7 +345,7 @@ def generate(
     prompt_ids: Int[ArrayLike, " seq"],
     *,
     max_new_tokens: int,
-    cache: CacheKind = "kvg",
+    cache: CacheKind = "none",
     sampling: Literal["greedy", "top_p"] = "greedy",
     top_p: float = 0.9,
     temperature: float = 1.0,
@@ -356,13 +356,19 @@ def generate(
 
     Prefill the prompt, then `lax.scan` over `decode_step`; compiled once per (model structure,
     prompt length, `max_new_tokens`, `cache`, `sampling`) — `top_p`, `temperature`, `eos_id` and
-    `key` are traced.
+    `key` are traced (a traced `top_p` or `temperature` is checked with the program: an
+    `EquinoxRuntimeError` where it is out of range).
 
     **Arguments:**
 
     - `model`, `prompt_ids` `(seq,)`.
     - `max_new_tokens`: ≥ 1; `seq + max_new_tokens − 1 ≤ context_length`.
-    - `cache`: `"none"`, `"kv"`, `"kvg"`.
+    - `cache`: `"none"` (default, exact: every new token runs the model on the whole
+      sequence so far), `"kv"` (keys and values cached, `A` frozen at the prompt's value) or
+      `"kvg"` (the prompt's `G_LM` cached as well; the same logits as `"kv"`, less work).
+      The cached kinds follow the reference's cached decoding: they differ from `"none"` for
+      a model whose deductive outputs have not collapsed (`collapse_error` measures it, and
+      the command line's `--cache auto` uses them only where they agree on the prompt).
     - `sampling`: `"greedy"` (argmax) or `"top_p"` (nucleus sampling: the smallest set of most
       likely tokens with mass ≥ `top_p`, at `temperature`). `key` is required for `"top_p"`:
       a typed key (`jax.random.key(0)`) or a legacy `uint32` key; `top_p` and `temperature`
@@ -394,21 +400,34 @@ def generate(
     if sampling == "top_p":
         if key is None:
             raise ValueError("`key` is required for sampling='top_p'.")
-        for name, why in (
-            ("top_p", top_p_problem(top_p)),
-            ("temperature", temperature_problem(temperature)),
+        for name, value, problem in (
+            ("top_p", top_p, top_p_problem),
+            ("temperature", temperature, temperature_problem),
         ):
+            why = None if isinstance(value, jax.core.Tracer) else problem(value)
             if why is not None:
                 raise ValueError(f"`{name}` {why}.")
         key = check_key(key, "generate")
     if key is None:
         key = jax.random.key(0)
+    top_p_arr = jnp.asarray(top_p, jnp.float32)
+    temperature_arr = jnp.asarray(temperature, jnp.float32)
+    if sampling == "top_p" and isinstance(top_p, jax.core.Tracer):
+        top_p_arr = eqx.error_if(
+            top_p_arr, ~((top_p_arr > 0) & (top_p_arr <= 1)), "generate: `top_p` must be in (0, 1]."
+        )
+    if sampling == "top_p" and isinstance(temperature, jax.core.Tracer):
+        temperature_arr = eqx.error_if(
+            temperature_arr,
+            ~(jnp.isfinite(temperature_arr) & (temperature_arr > 0)),
+            "generate: `temperature` must be finite and > 0 (at most float32's largest value).",
+        )
     return _generate_jit(
         model,
         prompt,
         key,
-        jnp.asarray(top_p, jnp.float32),
-        jnp.asarray(temperature, jnp.float32),
+        top_p_arr,
+        temperature_arr,
         jnp.asarray(-1 if eos_id is None else int(eos_id), jnp.int32),
         max_new_tokens=max_new_tokens,
         kind=kind,
