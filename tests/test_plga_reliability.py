@@ -486,6 +486,19 @@ def test_collapse_refuses_non_finite_G():
         ValueError, match=r"collapse: `G` has 128 non-finite entries \(NaN or inf in float32\)"
     ):
         collapse(model, jnp.full((1, 2, 8, 8), 1e300, jnp.float64))  # overflows float32
+    # An injected G in the forward pass and in prefill is checked alike, after broadcasting
+    # over the heads (it gave all-NaN
+    # logits); traced, it is the caller's to check.
+    from jaxattn.plga import prefill
+
+    ids = jnp.array([1, 5, 7, 2])
+    bad = jnp.eye(8).at[2, 3].set(jnp.inf)
+    for call in (lambda g: model(ids, G=g), lambda g: prefill(model, ids, G=g)):
+        with pytest.raises(ValueError, match=r"`G` has 2 non-finite entries .* index \[0, 2, 3\]"):
+            call(bad)
+        assert np.isfinite(np.asarray(call(jnp.eye(8))[0])).all()
+    with pytest.raises(ValueError, match=r"`G` has 128 non-finite entries \(NaN or inf in float32"):
+        model(ids, G=[jnp.full((8, 8), jnp.nan)])  # one per layer, broadcast over the heads
 
 
 # -- audits in chunks: memory linear in prompts, same numbers --------------------------------------

@@ -122,6 +122,21 @@ def look_ahead_mask(seq: int) -> Bool[Array, "seq seq"]:
     return jnp.tril(jnp.ones((seq, seq), bool))
 
 
+def nonfinite_G_problem(G, dtype) -> str | None:
+    """Why a concrete `G` is not finite once cast to `dtype` (how many entries, the first
+    index); None when it is finite or traced."""
+    if isinstance(G, jax.core.Tracer):
+        return None
+    finite = np.isfinite(np.asarray(jnp.asarray(G, dtype)))
+    if finite.all():
+        return None
+    where = [int(i) for i in np.argwhere(~finite)[0]]
+    return (
+        f"has {int((~finite).sum())} non-finite entries (NaN or inf in "
+        f"{jnp.dtype(dtype).name}), the first at index {where}"
+    )
+
+
 class PowerLawGraphAttention(eqx.Module):
     r"""Multi-head Power Law Graph Attention on one sequence (docs/theory/plga.md, steps 1–7).
 
@@ -333,13 +348,17 @@ class PowerLawGraphAttention(eqx.Module):
         return bad
 
     def check_G(self, G: ArrayLike) -> Array:
-        """Validate an injected `G` (`(heads, dk, dk)` or `(dk, dk)`, broadcast over heads)."""
+        """Validate an injected `G` (`(heads, dk, dk)` or `(dk, dk)`, broadcast over heads):
+        its shape, and (when concrete) that it is finite in the layer's dtype."""
         G = jnp.asarray(G)
         H, dk = self.num_heads, self.head_dim
         if G.shape == (dk, dk):
             G = jnp.broadcast_to(G, (H, dk, dk))
         if G.shape != (H, dk, dk):
             raise ValueError(f"`G` must have shape (heads, dk, dk) = {(H, dk, dk)}, got {G.shape}.")
+        why = nonfinite_G_problem(G, self.wq.weight.dtype)
+        if why is not None:
+            raise ValueError(f"`G` {why}; every logit would be non-finite.")
         return G
 
     # -- the layer -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from ._attention import nonfinite_G_problem
 from ._audits import deductive_tensors, rope_commutant_projection, rope_commutant_residual
 from ._cache import DecodeCache, decode_step, prefill
 from ._model import PLDRLLM
@@ -181,15 +182,11 @@ def collapse(
         raise ValueError(
             f"collapse: `G` must have shape (layers, heads, dk, dk) = {shape}, got {G.shape}."
         )
-    if not isinstance(G, jax.core.Tracer):
-        finite = np.isfinite(np.asarray(G))
-        if not finite.all():
-            where = [int(i) for i in np.argwhere(~finite)[0]]
-            raise ValueError(
-                f"collapse: `G` has {int((~finite).sum())} non-finite entries (NaN or inf in "
-                f"{jnp.dtype(model.dtype).name}), the first at index {where}; every logit of "
-                "the collapsed model would be non-finite."
-            )
+    why = nonfinite_G_problem(G, model.dtype)
+    if why is not None:
+        raise ValueError(
+            f"collapse: `G` {why}; every logit of the collapsed model would be non-finite."
+        )
     sdpa = _sdpa_copy(model)
     residual = np.asarray(jnp.max(rope_commutant_residual(G, rope=c.rope), axis=-1))
     folded = [fold == "always" or (fold == "auto" and float(r) <= fold_rtol) for r in residual]
