@@ -487,8 +487,7 @@ def test_collapse_refuses_non_finite_G():
     ):
         collapse(model, jnp.full((1, 2, 8, 8), 1e300, jnp.float64))  # overflows float32
     # An injected G in the forward pass and in prefill is checked alike, after broadcasting
-    # over the heads (it gave all-NaN
-    # logits); traced, it is the caller's to check.
+    # over the heads (it gave all-NaN logits); traced, it is the caller's to check.
     from jaxattn.plga import prefill
 
     ids = jnp.array([1, 5, 7, 2])
