@@ -73,6 +73,11 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
         (["--A", "{eye3}", "--V", "{eye2}"], "same shape"),
         (["--preset", "case1", "--d", "3"], "d must be even"),
         (["--n", "0"], "--n must be at least 1"),
+        # Sizes that cannot fit are refused before anything is allocated (they were an
+        # out-of-memory traceback from XLA or NumPy, or the process was killed).
+        (["--n", "100000000"], "(LSA) need about 1.52e+03 GiB (saved states, solver"),
+        (["--d", "100000000"], "--d 100000000, --num-save 1001 (LSA) need about 4.47e+08 GiB"),
+        (["--kernel", "sa", "--n", "200000"], "n² scores, solver buffers, A and V), more than"),
         (["--beta", "-1"], "--beta must be a finite positive"),
         (["--t1", "nan"], "--t1 must be a finite positive"),
         (["--A", "{ragged}"], "--A: cannot read a matrix"),

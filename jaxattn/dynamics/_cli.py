@@ -194,6 +194,7 @@ def _resolve(args):
     check_out_folder("--out", args.out)
     use_preset = args.preset is not None or (args.A_file is None and args.V_file is None)
     pre = PRESETS[args.preset or DEFAULT_PRESET] if use_preset else None
+    _check_sizes(args)
     A = _load_matrix(args.A_file, "A") if args.A_file else None
     V = _load_matrix(args.V_file, "V") if args.V_file else None
     if A is None and V is None:
@@ -236,13 +237,36 @@ def _resolve(args):
     check_rtol_below_one("--rtol", args.rtol)
     if not np.isfinite(t1) or t1 <= 0:
         raise ValueError(f"--t1 must be a finite positive number, got {t1}.")
+    return pre, A, V, float(beta), float(t1)
+
+
+def _check_sizes(args) -> None:
+    """The counts, and whether the run can fit in memory (`memory_estimate`'s terms: the
+    saved states, the solver's token-sized buffers, the n² scores of SA/USA, the d×d
+    matrices), before anything is built: a huge --n, --d or --num-save is refused by name,
+    not as an allocation failure deep inside NumPy or XLA. A --d given by --A/--V files is
+    checked once they are read (their size bounds it)."""
+    from ._sweep import available_memory
+
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}.")
     if args.num_save < 20:
         raise ValueError(f"--num-save must be at least 20, got {args.num_save}.")
     if args.max_steps < 1:
         raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}.")
-    return pre, A, V, float(beta), float(t1)
+    d = 2 if args.d is None else max(int(args.d), 2)
+    n, saves = float(args.n), float(args.num_save)
+    quadratic = 2 if args.kernel in ("usa", "sa") else 0
+    itemsize = 4 if args.float32 else 8
+    need = itemsize * (quadratic * n * n + (saves + 16) * n * d + 6 * float(d) * d)
+    if need > 2**26 and need > (free := available_memory()) / 2:
+        raise ValueError(
+            f"--n {args.n}, --d {d}, --num-save {args.num_save} ({args.kernel.upper()}"
+            f"{', float32' if args.float32 else ''}) need about {need / 2**30:.3g} GiB "
+            f"(saved states{', n² scores' if quadratic else ''}, solver buffers, A and V), "
+            f"more than half of the {free / 2**30:.3g} GiB available; use fewer tokens, save "
+            "times or dimensions" + (", or the LSA kernel (O(n d²))." if quadratic else ".")
+        )
 
 
 def _progress(msg: str) -> None:
