@@ -72,8 +72,23 @@ def project_tangent(x: Float[Array, "... d"], v: Float[Array, "... d"]) -> Float
 
     **Returns:** the tangent components, shape of the broadcast.
 
+    **Raises:** `ValueError` (at trace time, so free under `jit`) if `x` or `v` has no axis,
+    their last axes (the dimension d) differ, or their leading axes do not broadcast.
+
     Source: Geshkovski et al., *A mathematical perspective on Transformers*, eq. (1.1).
     """
+    xs, vs = jnp.shape(x), jnp.shape(v)
+    if not xs or not vs or xs[-1] != vs[-1]:
+        raise ValueError(
+            "project_tangent: x and v need the same last axis (the dimension d, points and "
+            f"vectors along it), got shapes {xs} and {vs}."
+        )
+    try:
+        jnp.broadcast_shapes(xs, vs)
+    except ValueError:
+        raise ValueError(
+            f"project_tangent: the leading axes of x {xs} and v {vs} do not broadcast."
+        ) from None
     return v - _sum_last(x * v, keepdims=True) * x
 
 

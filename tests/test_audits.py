@@ -328,6 +328,17 @@ def test_energy_curvature_audit_on_v51():
     assert np.all(report["commutant_residual"] > 0.3)
 
 
+def test_commutant_residual_and_energy_curvature_audit_name_bad_input():
+    with pytest.raises(ValueError, match=r"rope_commutant_residual: `g` must have at least 2"):
+        rope_commutant_residual(np.ones(4))
+    with pytest.raises(ValueError, match=r"rope_commutant_residual: `g` must be square"):
+        rope_commutant_residual(np.ones((4, 6)))
+    g = np.zeros((1, 2, 4, 4))
+    g[0, 1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match=r"1 non-finite entries .* index \[0, 1, 2, 3\]"):
+        energy_curvature_audit(g)
+
+
 def test_summarise():
     s = summarise([1.0, 2.0, 3.0, np.nan])
     assert s["n"] == 3 and s["nan"] == 1 and s["median"] == 2.0 and s["max"] == 3.0

@@ -58,6 +58,22 @@ def test_field_is_tangent_and_degree_zero(getkey):
     np.testing.assert_allclose(field(0.0, scales * x, None), F, atol=1e-13)
 
 
+def test_project_tangent_broadcasts_and_names_mismatched_shapes(getkey):
+    from jaxattn.sphere import project_tangent
+
+    x = sample_uniform(getkey(), 6, 3)
+    v = jax.random.normal(getkey(), (3,))
+    p = project_tangent(x, v)  # one vector at every point: v - <x_k, v> x_k
+    np.testing.assert_allclose(p, v - (x @ v)[:, None] * x, rtol=0, atol=1e-15)
+    assert np.max(np.abs(jnp.sum(p * x, axis=1))) < 1e-15
+    with pytest.raises(ValueError, match=r"same last axis .* got shapes \(6, 3\) and \(6, 2\)"):
+        project_tangent(x, jnp.ones((6, 2)))
+    with pytest.raises(ValueError, match=r"got shapes \(\) and \(\)"):
+        project_tangent(1.0, 2.0)
+    with pytest.raises(ValueError, match=r"leading axes of x \(6, 3\) and v \(4, 3\)"):
+        project_tangent(x, jnp.ones((4, 3)))
+
+
 def test_jit_vmap_grad_of_field(getkey):
     n, d = 10, 4
     x = sample_uniform(getkey(), n, d)

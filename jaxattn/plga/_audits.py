@@ -122,7 +122,9 @@ def invariance_order_parameter(
 
     **Raises:** `ValueError` if the shapes differ.
 
-    Source: the docs, theory/plga ("Collapse audits").
+    Source: Gokden, arXiv:2603.23539 (the order parameter of the deductive outputs'
+    invariance); the normalisations are described in the docs, theory/plga ("Collapse
+    audits").
     """
     x, y = _wide(x), _wide(y)
     if x.shape != y.shape:
@@ -402,8 +404,22 @@ def rope_commutant_residual(
     A rank-one `G = u vᵀ` is never in the commutant (its nonzero elements have even rank):
     per 2×2 block `‖Π(u_i v_iᵀ)‖² = ½‖u_i‖²‖v_i‖²`, so the residual is at least `1/√2`, and
     about `√(1 − 1/dk)` when `u` and `v` are spread over all pairs.
+
+    **Arguments:** `g` of shape `(..., dk, dk)`, `dk` even (the leading axes are a batch);
+    `rope` the pairing of the coordinates into RoPE planes (`"interleaved"` or `"half"`).
+
+    **Returns:** the residual in `[0, 1]`, shape `(...)`.
+
+    **Raises:** `ValueError` if `g` has fewer than 2 axes or is not square.
+
+    Source: the RoPE rotations of Su et al., arXiv:2104.09864; folding a collapsed `G_LM`
+    (arXiv:2502.13502) into the query projection is exact iff this residual is 0 (the docs,
+    theory/plga, "Collapse").
     """
     g = _wide(g)
+    _check_matrix("g", g, "rope_commutant_residual")
+    if g.shape[-2] != g.shape[-1]:
+        raise ValueError(f"rope_commutant_residual: `g` must be square, got shape {g.shape}.")
     c = jax.lax.stop_gradient(jnp.max(jnp.abs(g), axis=(-2, -1), keepdims=True))
     g = g / jnp.where(c > 0, c, 1)
     res = g - rope_commutant_projection(g, rope=rope)
@@ -482,12 +498,20 @@ def energy_curvature_audit(
 
     **Arguments:** `g` of shape `(layers, heads, dk, dk)`; `rope` the RoPE pairing.
 
-    **Raises:** `ValueError` if `g` is not 4-dimensional and square.
+    **Raises:** `ValueError` if `g` is not 4-dimensional and square, or has NaN or infinite
+    entries (its singular value decomposition is then undefined).
     """
     g = np.asarray(g, dtype=np.float64)
     if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
         raise ValueError(
             f"energy_curvature_audit: `g` must have shape (layers, heads, dk, dk), got {g.shape}."
+        )
+    finite = np.isfinite(g)
+    if not finite.all():
+        where = [int(i) for i in np.argwhere(~finite)[0]]
+        raise ValueError(
+            f"energy_curvature_audit: `g` has {int((~finite).sum())} non-finite entries (NaN "
+            f"or inf), the first at index {where}."
         )
     with jax.enable_x64(True):
         gj = jnp.asarray(g)
