@@ -18,6 +18,7 @@ from jaxattn.plga._checkpoint import (
     CheckpointError,
     checkpoint_dirs,
     load_checkpoint,
+    read_manifest,
     save_checkpoint,
     usable_checkpoint,
 )
@@ -393,7 +394,7 @@ def test_version_1_checkpoint_loads_with_a_warning(tmp_path):
     saved = Pair(a=jnp.arange(3.0, dtype=jnp.float32), b=jnp.ones(3, jnp.float32))
     step = save_checkpoint(tmp_path, step=1, data_position=0, model=saved, opt_state={})
     manifest = json.loads((step / "manifest.json").read_text())
-    del manifest["leaves"]
+    del manifest["leaves"], manifest["manifest_sha256"]  # version 1 had neither
     manifest["format_version"] = 1
     (step / "manifest.json").write_text(json.dumps(manifest))
     with pytest.warns(
@@ -405,6 +406,35 @@ def test_version_1_checkpoint_loads_with_a_warning(tmp_path):
     manifest["format_version"] = 3
     (step / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="format version 3; this jaxattn reads versions 1, 2"):
+        load_checkpoint(step, like_model=saved)
+
+
+def test_an_edited_manifest_is_refused(tmp_path):
+    """The manifest records its own SHA-256: an edited configuration (which changed the
+    model built at load without a word) or step is refused; an older manifest without the
+    hash still has its step and data position checked by type, by name."""
+    saved = Pair(a=jnp.arange(3.0, dtype=jnp.float32), b=jnp.ones(3, jnp.float32))
+    extra = {"model_config": {"rope": "interleaved", "d_model": 4}}
+    step = save_checkpoint(
+        tmp_path, step=6, data_position=2, model=saved, opt_state={}, manifest=extra
+    )
+    good = json.loads((step / "manifest.json").read_text())
+    assert read_manifest(step)["model_config"]["rope"] == "interleaved"
+    for edit in (
+        lambda m: m["model_config"].update(rope="half"),
+        lambda m: m.update(step=7),
+        lambda m: m.update(data_position=0),
+    ):
+        m = json.loads(json.dumps(good))
+        edit(m)
+        (step / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(CheckpointError, match="manifest.json was edited"):
+            read_manifest(step)
+    m = json.loads(json.dumps(good))
+    del m["manifest_sha256"]
+    m["step"] = "six"
+    (step / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(CheckpointError, match="field 'step' must be an integer >= 0, got 'six'"):
         load_checkpoint(step, like_model=saved)
 
 

@@ -185,6 +185,8 @@ def save_checkpoint(
         },
         leaves={"model.eqx": leaf_records(model), "opt_state.eqx": leaf_records(opt_state)},
     )
+    body.pop("manifest_sha256", None)
+    body["manifest_sha256"] = _manifest_digest(body)
     (tmp / "manifest.json").write_text(json.dumps(body, indent=2, sort_keys=True))
     if final.exists():
         shutil.rmtree(final)
@@ -193,6 +195,15 @@ def save_checkpoint(
         for old in checkpoint_dirs(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _manifest_digest(body: dict) -> str:
+    """SHA-256 (hex) of a manifest's fields other than `manifest_sha256`, as canonical JSON
+    (sorted keys, no spaces): what the manifest records of itself."""
+    rest = {k: v for k, v in body.items() if k != "manifest_sha256"}
+    return hashlib.sha256(
+        json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def read_manifest(path: str | os.PathLike) -> dict:
@@ -216,6 +227,20 @@ def read_manifest(path: str | os.PathLike) -> dict:
             f"checkpoint {path}: format version {manifest.get('format_version')!r}; this jaxattn "
             f"reads versions {', '.join(map(str, _READABLE_VERSIONS))}"
         )
+    # Written since 2026-12-08: the manifest's own hash (configurations, step, data position).
+    # An older manifest has none; its step and data position are still checked by type.
+    if "manifest_sha256" in manifest and manifest["manifest_sha256"] != _manifest_digest(manifest):
+        raise CheckpointError(
+            f"checkpoint {path}: manifest.json was edited (its SHA-256 differs from the one it "
+            "records); its configurations, step or data position can no longer be trusted"
+        )
+    for key in ("step", "data_position"):
+        value = manifest.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise CheckpointError(
+                f"checkpoint {path}: manifest.json field {key!r} must be an integer >= 0, got "
+                f"{value!r}"
+            )
     manifest["path"] = str(path)
     return manifest
 
