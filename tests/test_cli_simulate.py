@@ -81,6 +81,7 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
         (["--beta", "-1"], "--beta must be a finite positive"),
         (["--t1", "nan"], "--t1 must be a finite positive"),
         (["--A", "{ragged}"], "--A: cannot read a matrix"),
+        (["--A", "{bools}"], "holds true/false; A must hold numbers"),  # read as 1 before
         (["--rtol", "-1"], "rtol must be a finite positive"),
         (["--out", "{a_file}"], "is a file; give a folder"),
     ],
@@ -95,7 +96,9 @@ def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):
         "eye2": tmp_path / "eye2.json",
         "ragged": tmp_path / "ragged.json",
         "a_file": tmp_path / "a_file",
+        "bools": tmp_path / "bools.json",
     }
+    files["bools"].write_text("[[1, true], [0, 1]]")
     files["ragged"].write_text("[[1, 2], [3]]")
     files["a_file"].write_text("not a folder")
     files["bad_shape"].write_text(json.dumps([[1, 2, 3], [4, 5, 6]]))

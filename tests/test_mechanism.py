@@ -302,8 +302,11 @@ def test_cli_audit_reports_the_mechanism(tmp_path, capsys):
     assert main(argv) == 0
     out = tmp_path / "audit"
     argv = ["plga", "audit", "--ckpt", str(run), "--out", str(out), "--num-prompts", "3"]
-    assert main(argv + ["--seq-len", "16", "--new-tokens", "2"]) == 0
-    text = capsys.readouterr().out
+    assert main(argv + ["--seq-len", "16", "--new-tokens", "30"]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
+    # 8 prompt tokens + 30 new ones do not fit the context of 32: said, not silently cut.
+    assert "cache fidelity decodes 25 new tokens, not --new-tokens 30" in captured.err
     assert "collapse mechanism (S = 16" in text and "concentration exponent" in text
     report = json.loads((out / "audit.json").read_text())["checkpoint"]["mechanism"]
     assert set(report) == {"twirl", "concentration", "contraction"}

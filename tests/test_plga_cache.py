@@ -165,6 +165,12 @@ def test_bad_arguments(model):
         prefill(model, PROMPT, max_len=CFG.context_length + 1)
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(model, PROMPT, max_new_tokens=0)
+    for bad in (2.5, True, "3"):  # 2.5 gave 2 tokens
+        with pytest.raises(ValueError, match="`max_new_tokens` must be an integer"):
+            generate(model, PROMPT, max_new_tokens=bad)
+    for bad in (50, -1, 1.0):
+        with pytest.raises(ValueError, match=r"`eos_id` must be a token id in \[0, 50\)"):
+            generate(model, PROMPT, max_new_tokens=2, eos_id=bad)
     with pytest.raises(ValueError, match="exceeds context_length=24"):
         generate(model, PROMPT, max_new_tokens=20)
     with pytest.raises(ValueError, match="`key` is required"):

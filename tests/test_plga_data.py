@@ -30,6 +30,10 @@ def test_packaged_tokenizer_ids(tokenizer):
     assert tokenizer.decode(ids) == "Hello world."
     with pytest.raises(ValueError, match="out of range"):
         tokenizer.decode([5, 32000])
+    assert tokenizer.decode(np.asarray(ids)) == tokenizer.decode([float(i) for i in ids])
+    for bad in ([1.5], [True], ["4780"]):  # 1.5 decoded as ' ⁇ '
+        with pytest.raises(ValueError, match="decode: token ids must be integers"):
+            tokenizer.decode(bad)
 
 
 def test_tokenizer_file_errors(tmp_path):

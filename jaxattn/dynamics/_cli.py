@@ -149,7 +149,9 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
     keys = None
     try:
         if suffix == ".json":
-            M = np.asarray(json.loads(f.read_text(encoding="utf-8")))
+            raw = json.loads(f.read_text(encoding="utf-8"))
+            booleans = _holds_bool(raw)  # NumPy would read true as 1 beside numbers
+            M = np.asarray(raw)
         else:
             loaded = load_numpy_file(f)  # .npy or .npz, told by content; read whole
             if isinstance(loaded, dict):
@@ -164,6 +166,8 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         # zlib.error, TokenError, NotImplementedError, ...); each means "not readable".
         why = read_error_reason(err)
         raise ValueError(f"{flag}: cannot read a matrix from {path} ({why}).") from None
+    if suffix == ".json" and booleans:
+        raise ValueError(f"{flag}: {path} holds true/false; {name} must hold numbers.")
     if M is None:
         held = f"holds {keys}" if keys else "holds no arrays"
         raise ValueError(f"{flag}: {path} {held}; name the array '{name}'.")
@@ -171,7 +175,9 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         raise ValueError(
             f"{flag}: {path} holds complex numbers (dtype {M.dtype}); {name} must be real."
         )
-    if M.dtype.kind not in "biuf":
+    if M.dtype.kind == "b":
+        raise ValueError(f"{flag}: {path} holds booleans (dtype bool); {name} must hold numbers.")
+    if M.dtype.kind not in "iuf":
         what = f"dtype {M.dtype}"
         hint = " (a .json file holds the matrix itself: a nested list of numbers)" * (
             suffix == ".json"
@@ -185,6 +191,13 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
     if not np.all(np.isfinite(M)):
         raise ValueError(f"{flag}: {path} has non-finite entries (NaN or inf).")
     return M
+
+
+def _holds_bool(x) -> bool:
+    """Whether parsed JSON holds a boolean anywhere in its (nested) lists."""
+    if isinstance(x, bool):
+        return True
+    return isinstance(x, list) and any(_holds_bool(v) for v in x)
 
 
 def _resolve(args):

@@ -379,7 +379,8 @@ def generate(
 
     **Returns:** the new token ids, int32 `(max_new_tokens,)` (the prompt is not repeated).
 
-    **Raises:** `ValueError` for a bad cache/sampling name, `max_new_tokens < 1`, a too long
+    **Raises:** `ValueError` for a bad cache/sampling name, `max_new_tokens` not an integer
+    `≥ 1`, an `eos_id` outside the vocabulary, a too long
     total, `top_p` outside (0, 1], a non-finite, non-positive or float32-overflowing
     `temperature`, a missing `key` or one that is not a PRNG key (e.g. a Python int), bad
     prompt ids.
@@ -387,9 +388,20 @@ def generate(
     kind = _check_kind(cache)
     if sampling not in ("greedy", "top_p"):
         raise ValueError(f"`sampling` must be 'greedy' or 'top_p', got {sampling!r}.")
+    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(
+        max_new_tokens, (int, np.integer)
+    ):
+        raise ValueError(f"`max_new_tokens` must be an integer ≥ 1, got {max_new_tokens!r}.")
     max_new_tokens = int(max_new_tokens)
     if max_new_tokens < 1:
         raise ValueError(f"`max_new_tokens` must be ≥ 1, got {max_new_tokens}.")
+    vocab = model.config.vocab_size
+    if eos_id is not None and (
+        isinstance(eos_id, (bool, np.bool_))
+        or not isinstance(eos_id, (int, np.integer))
+        or not 0 <= int(eos_id) < vocab
+    ):
+        raise ValueError(f"`eos_id` must be a token id in [0, {vocab}) or None, got {eos_id!r}.")
     prompt = model.check_ids(prompt_ids, name="prompt_ids")
     total = prompt.shape[0] + max_new_tokens - 1
     if total > model.config.context_length:

@@ -403,6 +403,13 @@ def _audit_ckpt(args, prepared, figures: bool) -> dict:
                 draw = getattr(mplots, f"plot_{name}")
                 figures.add(f"{name}.png", lambda target, a=mech[name], f=draw: f(a, path=target))
     n_new = min(int(args.new_tokens), model.config.context_length - prompts.shape[1] // 2 + 1)
+    if n_new < int(args.new_tokens):
+        print(
+            f"note: cache fidelity decodes {n_new} new tokens, not --new-tokens "
+            f"{args.new_tokens}: its prompt (half of --seq-len, {prompts.shape[1] // 2} tokens) "
+            f"and the new tokens must fit the context length {model.config.context_length}",
+            file=sys.stderr,
+        )
     fid = cache_fidelity(model, prompts[0, : max(prompts.shape[1] // 2, 1)], max_new_tokens=n_new)
     report["cache_fidelity"] = fid
     for kind in ("kv", "kvg"):

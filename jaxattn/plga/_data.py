@@ -136,7 +136,18 @@ class Tokenizer:
         """Text of `ids`; special ids (pad, BOS, EOS) decode to nothing, and an incomplete UTF-8
         byte sequence (a generation cut inside a character) to U+FFFD per byte.
 
-        **Raises:** `ValueError` for ids outside `[0, vocab_size)`."""
+        **Raises:** `ValueError` for ids that are not integers or lie outside
+        `[0, vocab_size)`."""
+        ids = list(np.asarray(ids).reshape(-1)) if hasattr(ids, "shape") else list(ids)
+        wrong = [
+            i
+            for i in ids
+            if isinstance(i, (bool, np.bool_))
+            or not isinstance(i, (int, float, np.integer, np.floating))
+            or not float(i).is_integer()
+        ]
+        if wrong:
+            raise ValueError(f"decode: token ids must be integers, got {wrong[:5]}")
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:
