@@ -487,6 +487,23 @@ def test_from_reference_refuses_complex_weights_and_int_dtype(state_dict):
         from_reference(state_dict, CFG, dtype=jnp.int32)
 
 
+def test_from_reference_refuses_string_weights_and_a_config_that_contradicts_the_shapes(
+    state_dict, tmp_path
+):
+    key = "decoder.dec_layers.0.mha1.wq.bias"
+    sd = dict(state_dict)
+    sd[key] = sd[key].astype(str)  # parsed back into floats before
+    with pytest.raises(ValueError, match=rf"must be numbers: '{re.escape(key)}' holds str"):
+        from_reference(sd, CFG)
+    # A stored config entry beside the weights that their shapes contradict was ignored.
+    path = tmp_path / "w.npz"
+    np.savez(path, **state_dict, d_model=np.array(64))
+    with pytest.raises(ValueError, match=r"contradicts the weights' shapes: d_model=.*give 16\)"):
+        from_reference(path)
+    np.savez(path, **state_dict, d_model=np.array(16), context_length=np.array(24))
+    assert from_reference(path).config.d_model == 16  # agreeing entries are fine
+
+
 def test_save_reference_refuses_non_finite_weights_before_writing(tmp_path):
     from jaxattn.plga import save_reference
 

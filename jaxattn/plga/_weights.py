@@ -206,6 +206,17 @@ def infer_config(weights: Mapping[str, np.ndarray], **hints) -> PLDRLLMConfig:
         num_denseA=max(blocks) + 1,
         context_length=_DEFAULT_CONTEXT,
     )
+    clash = [
+        f"{name}={hints[name]!r} (the shapes give {kwargs[name]})"
+        for name in kwargs
+        if name != "context_length" and name in hints and hints[name] != kwargs[name]
+    ]
+    if clash:
+        raise ValueError(
+            "The stored configuration contradicts the weights' shapes: "
+            + ", ".join(clash)
+            + "; the file is inconsistent (pass `config` to choose one explicitly)."
+        )
     for name in (
         "context_length",
         "rope_base",
@@ -239,7 +250,8 @@ def from_reference(
     **Returns:** the model.
 
     **Raises:** `ValueError` naming missing, unexpected or mis-shaped keys, keys holding NaN or
-    infinite entries (or entries that overflow `dtype`) or complex ones, a `dtype` that is not a
+    infinite entries (or entries that overflow `dtype`), complex ones or strings, a stored
+    configuration that contradicts the weights' shapes, a `dtype` that is not a
     real float type (or, without `dtype`, integer weights), an unreadable file or an unknown
     suffix;
     `FileNotFoundError` for a missing path.
@@ -292,6 +304,11 @@ def from_reference(
         )
     for key in sorted(expected):
         kind = np.asarray(weights[key]).dtype
+        if kind.kind in "USO":
+            raise ValueError(
+                f"Weights must be numbers: {key!r} holds {kind.name} entries (strings or "
+                "objects), not an array of floats."
+            )
         if kind.kind == "c":
             raise ValueError(
                 f"Weights must be real: {key!r} holds {kind.name} entries (cast them to "
