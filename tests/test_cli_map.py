@@ -50,7 +50,8 @@ def test_map_command_writes_a_reloadable_map(tmp_path, capsys):
     # A different map in the same folder is refused by name, or replaced on request.
     other = args[:3] + ["v11=-1.5:1.5:3"] + args[4:]
     assert main(other) == 2
-    assert "holds a different map" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a different map (" in err and "); pass another --out" in err  # says what
     assert main(other + ["--overwrite"]) == 0
     assert RegimeMap.load(out).cells == (3, 3)
     # A warning is one line in the command's name (not the entry script's source line).

@@ -50,6 +50,8 @@ def test_bad_input_is_a_clear_error(tmp_path, capsys):
 
     assert main(["plga", "train", "--out", str(tmp_path / "r"), "--set", "depth=3"]) == 2
     assert "has no field 'depth'" in capsys.readouterr().err
+    assert main(["plga", "train", "--out", str(tmp_path / "r"), "--set", "d_model=-4"]) == 2
+    assert "--set d_model=-4: PLDRLLMConfig.d_model must be a positive" in capsys.readouterr().err
 
     assert main(["plga", "train", "--out", str(tmp_path / "r"), "--seq-len", "4096"]) == 2
     assert "context length 128" in capsys.readouterr().err
@@ -121,7 +123,11 @@ def test_train_resume_generate_end_to_end(tmp_path, capsys):
     assert "step 2" in capsys.readouterr().err
     argv = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was", "--max-new-tokens", "40"]
     assert main(argv) == 2
-    assert "exceeds context_length=32" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "with --max-new-tokens 40 the model's context of 32 tokens leaves room for 0" in err
+    long = ["plga", "generate", "--ckpt", str(run), "--prompt", "I was " * 20]
+    assert main(long + ["--max-new-tokens", "5"]) == 2  # named as the flag, not prompt_ids
+    assert "--prompt is 40 tokens; with --max-new-tokens 5" in capsys.readouterr().err
 
     # a corrupt newest checkpoint: generate falls back to the previous good step and says so
     blob = bytearray((run / "step_00000004" / "model.eqx").read_bytes())
@@ -178,9 +184,11 @@ def test_train_interrupt_is_one_line_and_status_130(tmp_path, capsys, monkeypatc
     assert main(_train_argv(tmp_path / "r")) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    lines = [ln for ln in err.splitlines() if "interrupt" in ln]
+    lines = [ln for ln in err.splitlines() if ln.startswith("interrupt")]
     assert lines == [f"interrupted at step 2: saved {tmp_path / 'r'}/step_00000002; continue "
                      "with --resume"]  # fmt: skip
+    # The metrics written before the interruption: the loss curve is drawn up to it.
+    assert (tmp_path / "r" / "loss_curve.png").stat().st_size > 1000
 
 
 def test_train_writes_loss_curve_and_sizes_and_labels_a_blocked_figure(tmp_path, capsys,

@@ -134,11 +134,13 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
     """The matrix given to the flag `--{name}`: a JSON nested list of real numbers, an
     `.npy` array or an `.npz` archive (the array named `name`, or its only array), read
     without unpickling (`allow_pickle=False`), as a float64 square d×d array, d >= 2.
+    Integer and boolean arrays read as numbers (0/1); `true`/`false` in a JSON matrix are
+    refused (beside numbers NumPy would read them as 1 and 0 without a word).
 
     **Raises:** `FileNotFoundError` or `ValueError` naming the flag and the file when the
     file is missing, unreadable or corrupt (truncated, not the format of its suffix), or
     holds something other than a finite real square matrix (complex numbers, strings,
-    objects, NaN or inf, a wrong shape).
+    objects, JSON booleans, NaN or inf, a wrong shape).
     """
     flag, f = f"--{name}", Path(path)
     if not f.exists():
@@ -167,7 +169,10 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         why = read_error_reason(err)
         raise ValueError(f"{flag}: cannot read a matrix from {path} ({why}).") from None
     if suffix == ".json" and booleans:
-        raise ValueError(f"{flag}: {path} holds true/false; {name} must hold numbers.")
+        raise ValueError(
+            f"{flag}: {path} holds true/false; {name} must hold numbers (a JSON matrix is "
+            "written with numbers; a boolean .npy reads as 0/1)."
+        )
     if M is None:
         held = f"holds {keys}" if keys else "holds no arrays"
         raise ValueError(f"{flag}: {path} {held}; name the array '{name}'.")
@@ -175,9 +180,7 @@ def _load_matrix(path: str, name: str) -> np.ndarray:
         raise ValueError(
             f"{flag}: {path} holds complex numbers (dtype {M.dtype}); {name} must be real."
         )
-    if M.dtype.kind == "b":
-        raise ValueError(f"{flag}: {path} holds booleans (dtype bool); {name} must hold numbers.")
-    if M.dtype.kind not in "iuf":
+    if M.dtype.kind not in "biuf":
         what = f"dtype {M.dtype}"
         hint = " (a .json file holds the matrix itself: a nested list of numbers)" * (
             suffix == ".json"

@@ -3,6 +3,7 @@
 import argparse
 import math
 import os
+import re
 import sys
 import time
 
@@ -246,9 +247,11 @@ def _run_map(args) -> int:
         m = _map(args, axes, fixed, runner)
     except ValueError as err:
         if "different sweep" in str(err):
+            found = re.search(r"holds a different sweep \((.*)\); pass", str(err), re.S)
+            what = f" ({found.group(1)})" if found else ""
             raise ValueError(
-                f"{args.out} holds a different map; pass another --out, or --overwrite to "
-                "replace it."
+                f"{args.out} holds a different map{what}; pass another --out, or --overwrite "
+                "to replace it."
             ) from None
         if "resume=False" in str(err):  # the library's advice, in this command's words
             raise ValueError(

@@ -231,7 +231,13 @@ def _apply_overrides(config, items):
             raise ValueError(
                 f"--set {name}: {value!r} is not a valid {type(current).__name__}"
             ) from None
-    return config.replace(**changes) if changes else config
+    if not changes:
+        return config
+    try:
+        return config.replace(**changes)
+    except ValueError as err:  # the config's own check, named as the flag that set it
+        given = " ".join(f"{k}={v}" for k, v in changes.items())
+        raise ValueError(f"--set {given}: {err}") from None
 
 
 def run_train(args) -> int:
@@ -320,6 +326,8 @@ def run_train(args) -> int:
         # train() has saved a checkpoint and said so in one line (or nothing had started).
         if not _checkpoint.checkpoint_dirs(out):
             print("jaxattn plga train: interrupted before the first step", file=sys.stderr)
+        elif (out / "metrics.jsonl").is_file():
+            _loss_figure(out, data.unigram_entropy)  # the curve up to the interruption
         return 130
     val = ""
     if result.val_history:
@@ -444,6 +452,13 @@ def run_generate(args) -> int:
     prompt = tokenizer.encode(args.prompt)
     if not prompt:
         raise ValueError("--prompt is empty after tokenisation")
+    room = model.config.context_length - max(int(args.max_new_tokens), 1) + 1
+    if len(prompt) > room:
+        raise ValueError(
+            f"--prompt is {len(prompt)} tokens; with --max-new-tokens {args.max_new_tokens} "
+            f"the model's context of {model.config.context_length} tokens leaves room for "
+            f"{max(room, 0)}: shorten the prompt or ask for fewer new tokens"
+        )
     cache = args.cache
     if cache == "auto":
         cache, line = choose_cache(model, prompt, max_new_tokens=args.max_new_tokens)
