@@ -76,8 +76,9 @@ def test_simulate_matrices_from_json_and_npz(tmp_path):
         # Sizes that cannot fit are refused before anything is allocated (they were an
         # out-of-memory traceback from XLA or NumPy, or the process was killed).
         (["--n", "100000000"], "(LSA) need about 1.52e+03 GiB (saved states, solver"),
-        (["--d", "100000000"], "--d 100000000, --num-save 1001 (LSA) need about 4.47e+08 GiB"),
+        (["--d", "100000000"], "d = 100000000, --num-save 1001 (LSA) need about 4.47e+08 GiB"),
         (["--kernel", "sa", "--n", "200000"], "n² scores, solver buffers, A and V), more than"),
+        (["--A", "{eye512}", "--n", "40960"], "--n 40960, d = 512, --num-save 1001"),  # d: file
         (["--beta", "-1"], "--beta must be a finite positive"),
         (["--t1", "nan"], "--t1 must be a finite positive"),
         (["--A", "{ragged}"], "--A: cannot read a matrix"),
@@ -97,7 +98,9 @@ def test_simulate_bad_input_exits_2(tmp_path, capsys, extra, message):
         "ragged": tmp_path / "ragged.json",
         "a_file": tmp_path / "a_file",
         "bools": tmp_path / "bools.json",
+        "eye512": tmp_path / "eye512.npy",
     }
+    np.save(files["eye512"], np.eye(512))
     files["bools"].write_text("[[1, true], [0, 1]]")
     files["ragged"].write_text("[[1, 2], [3]]")
     files["a_file"].write_text("not a folder")

@@ -114,6 +114,18 @@ def test_a_stiff_field_at_max_steps_is_told_from_a_short_budget():
     # A lower bound indeed: the whole solve takes at least that many steps.
     sol = solve_ott_antonsen(A, V, 0.3 + 0.1j, t1=50.0, num_save=11)
     assert sol.result == RESULTS.successful and int(sol.num_steps) >= need
+    # Save times that start after t0 (helper-27: the bound took ts[0] for t0 and called a
+    # healthy field stiff): the horizon is t1 - t0, and the bound stays below the truth.
+    late = dict(t1=10.0, ts=jnp.array([9.0, 9.5, 10.0]))
+    full = solve_ott_antonsen(A, V, 0.3 + 0.1j, **late)
+    with pytest.raises(RuntimeError, match="needs at least") as e:
+        solve_ott_antonsen(A, V, 0.3 + 0.1j, max_steps=int(full.num_steps) // 2, **late)
+    assert "cannot help" not in str(e.value) and "(the first is t = 9; t1 = 10)" in str(e.value)
+    need = float(str(e.value).split("needs at least ")[1].split(" steps")[0])
+    assert need <= int(full.num_steps)
+    # Saves too sparse to bound anything are said to be, not turned into a useless bound.
+    with pytest.raises(RuntimeError, match="save times are too sparse") as e:
+        solve_ott_antonsen(A, V, 0.3 + 0.1j, t1=10.0, ts=jnp.array([0.0, 10.0]), max_steps=5)
 
 
 @pytest.mark.slow

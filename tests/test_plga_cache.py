@@ -168,9 +168,13 @@ def test_bad_arguments(model):
     for bad in (2.5, True, "3"):  # 2.5 gave 2 tokens
         with pytest.raises(ValueError, match="`max_new_tokens` must be an integer"):
             generate(model, PROMPT, max_new_tokens=bad)
-    for bad in (50, -1, 1.0):
+    for bad in (50, -1, 1.0, jnp.int32(50)):
         with pytest.raises(ValueError, match=r"`eos_id` must be a token id in \[0, 50\)"):
             generate(model, PROMPT, max_new_tokens=2, eos_id=bad)
+    # 0-d integer arrays are integers (helper-27: a JAX eos_id was refused as out of range).
+    ref = generate(model, PROMPT, max_new_tokens=3, eos_id=7)
+    same = generate(model, PROMPT, max_new_tokens=np.array(3), eos_id=jnp.int32(7))
+    np.testing.assert_array_equal(same, ref)
     with pytest.raises(ValueError, match="exceeds context_length=24"):
         generate(model, PROMPT, max_new_tokens=20)
     with pytest.raises(ValueError, match="`key` is required"):

@@ -3,6 +3,7 @@
 import math
 import unicodedata
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -31,6 +32,9 @@ def test_packaged_tokenizer_ids(tokenizer):
     with pytest.raises(ValueError, match="out of range"):
         tokenizer.decode([5, 32000])
     assert tokenizer.decode(np.asarray(ids)) == tokenizer.decode([float(i) for i in ids])
+    assert tokenizer.decode(list(jnp.asarray(ids))) == "Hello world."  # JAX scalars (helper-27)
+    with pytest.raises(ValueError, match=r"one sequence \(1-D\), got shape \(2, 3\)"):
+        tokenizer.decode(np.array([ids, ids]))
     for bad in ([1.5], [True], ["4780"]):  # 1.5 decoded as ' ⁇ '
         with pytest.raises(ValueError, match="decode: token ids must be integers"):
             tokenizer.decode(bad)

@@ -316,6 +316,13 @@ def test_resume_repairs_a_metrics_record_cut_off_mid_write(data, tmp_path):
     text = log_path.read_text()
     assert text.startswith(whole) and text.endswith("\n")
     assert [r["step"] for r in read_metrics(run) if "loss" in r] == [1, 2, 3, 4]
+    # A whole last record that only lost its newline is kept (helper-27: it was dropped).
+    log_path.write_text(text.rstrip("\n"))
+    said.clear()
+    train(_standin(), data, _tc(steps=5), out_dir=run, resume=True, allow_changed_settings=True,
+          progress=False, log=said.append)  # fmt: skip
+    assert not any("dropped" in m for m in said)
+    assert [r["step"] for r in read_metrics(run) if "loss" in r] == [1, 2, 3, 4, 5]
 
 
 def test_resume_on_other_data_or_tokenizer_is_refused(data, tmp_path):

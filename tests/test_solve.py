@@ -185,7 +185,7 @@ def test_max_steps_raises_with_throw():
     text = str(e.value)
     assert (
         f"It stopped after 300 steps ({int(traj.num_accepted_steps)} accepted); the last save "
-        f"reached is t = {ts[reached - 1]:.6g} of 5. At that pace t = 5 needs at least "
+        f"reached is t = {ts[reached - 1]:.6g} (t1 = 5). At that pace t = 5 needs at least "
         f"{need:.2g} steps: raise max_steps above that. Pass throw=False" in text
     )
     assert "steps`. It stopped" in text  # one full stop between the sentences

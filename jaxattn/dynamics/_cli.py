@@ -240,6 +240,7 @@ def _resolve(args):
             raise ValueError(f"--A and --V must have the same shape, got {A.shape} and {V.shape}.")
         if args.d is not None and int(args.d) != A.shape[0]:
             raise ValueError(f"--d {args.d} does not match the {A.shape[0]}×{A.shape[0]} matrices.")
+        _check_sizes(args, d=A.shape[0])  # d from the files: checked now that it is known
     beta = args.beta if args.beta is not None else (pre.beta if pre is not None else 1.0)
     t1 = args.t1 if args.t1 is not None else (pre.t1 if pre is not None else 100.0)
     if not np.isfinite(beta) or beta <= 0:
@@ -256,12 +257,12 @@ def _resolve(args):
     return pre, A, V, float(beta), float(t1)
 
 
-def _check_sizes(args) -> None:
+def _check_sizes(args, d: int | None = None) -> None:
     """The counts, and whether the run can fit in memory (`memory_estimate`'s terms: the
     saved states, the solver's token-sized buffers, the n² scores of SA/USA, the d×d
     matrices), before anything is built: a huge --n, --d or --num-save is refused by name,
-    not as an allocation failure deep inside NumPy or XLA. A --d given by --A/--V files is
-    checked once they are read (their size bounds it)."""
+    not as an allocation failure deep inside NumPy or XLA. With --A/--V files `d` is theirs,
+    checked again once they are read."""
     from ._sweep import available_memory
 
     if args.n < 1:
@@ -270,14 +271,15 @@ def _check_sizes(args) -> None:
         raise ValueError(f"--num-save must be at least 20, got {args.num_save}.")
     if args.max_steps < 1:
         raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}.")
-    d = 2 if args.d is None else max(int(args.d), 2)
+    if d is None:
+        d = 2 if args.d is None else max(int(args.d), 2)
     n, saves = float(args.n), float(args.num_save)
     quadratic = 2 if args.kernel in ("usa", "sa") else 0
     itemsize = 4 if args.float32 else 8
     need = itemsize * (quadratic * n * n + (saves + 16) * n * d + 6 * float(d) * d)
     if need > 2**26 and need > (free := available_memory()) / 2:
         raise ValueError(
-            f"--n {args.n}, --d {d}, --num-save {args.num_save} ({args.kernel.upper()}"
+            f"--n {args.n}, d = {d}, --num-save {args.num_save} ({args.kernel.upper()}"
             f"{', float32' if args.float32 else ''}) need about {need / 2**30:.3g} GiB "
             f"(saved states{', n² scores' if quadratic else ''}, solver buffers, A and V), "
             f"more than half of the {free / 2**30:.3g} GiB available; use fewer tokens, save "

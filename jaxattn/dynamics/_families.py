@@ -580,6 +580,6 @@ def solve_homogenised_ott_antonsen(
         int(max_steps),
     )
     if throw:
-        R = raise_on_failure(where, sol.result, sol.R, "OttAntonsenSolution.result", sol)
+        R = raise_on_failure(where, sol.result, sol.R, "OttAntonsenSolution.result", sol, (t0, t1))
         sol = eqx.tree_at(lambda s: s.R, sol, R)
     return sol

@@ -337,7 +337,7 @@ def solve_ott_antonsen(
     )
     if throw:
         R = eqx.error_if(sol.R, outside, f"{where}: |R0| > 1; R₂ lies in the closed unit disc.")
-        R = raise_on_failure(where, sol.result, R, "OttAntonsenSolution.result", sol)
+        R = raise_on_failure(where, sol.result, R, "OttAntonsenSolution.result", sol, (t0, t1))
         sol = eqx.tree_at(lambda s: s.R, sol, R)
     return sol
 

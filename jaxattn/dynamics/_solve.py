@@ -646,15 +646,18 @@ def promote_result(result) -> RESULTS:
     return RESULTS.where(result == RESULTS.dt_min_reached, RESULTS.time_stalled, result)
 
 
-def raise_on_failure(where: str, result: RESULTS, x, result_field: str, sol=None):
+def raise_on_failure(
+    where: str, result: RESULTS, x, result_field: str, sol=None, span: tuple | None = None
+):
     """`x` unchanged if `result` is `RESULTS.successful`; else an error that names the
     code: what `throw=True` does for the solvers.
 
     Outside `jit`/`vmap` (a concrete `result`) it is a plain `RuntimeError` raised here,
     with the way to keep the result (`throw=False`, the code in `result_field`) and, given
-    the solution `sol` (a `Solution`, whose `x` holds one row per save time), how far the
-    solve got: its steps and the last save time it reached; for `max_steps_reached` also
-    the steps the whole horizon would take at that pace (`progress_message`). Traced, the
+    the solution `sol` (a `Solution`, whose `x` holds one row per save time) and the solve's
+    `span = (t0, t1)`, how far the solve got: its steps and the last save time it reached;
+    for `max_steps_reached` also a lower bound on the steps the horizon needs
+    (`progress_message`). Traced, the
     check runs with the program (`error_if`) and raises a `RuntimeError` subclass with the
     code's message: equinox's `EquinoxRuntimeError` (`eqx.filter_jit`, `vmap`) or
     `jax.errors.JaxRuntimeError` (plain `jax.jit`).
@@ -669,56 +672,58 @@ def raise_on_failure(where: str, result: RESULTS, x, result_field: str, sol=None
         return x
     message = RESULTS._index_to_message[int(bad[0])].rstrip(".")
     progress = ""
-    if sol is not None and codes.size == 1:
-        progress = progress_message(sol, x, int(bad[0]))
+    if sol is not None and span is not None and codes.size == 1:
+        progress = progress_message(sol, x, int(bad[0]), *span)
     raise RuntimeError(
         f"{where}: the solve did not succeed: {message}.{progress} Pass "
         f"throw=False to get the result anyway, with its code in {result_field}."
     )
 
 
-def progress_message(sol, x, code: int) -> str:
-    """How far a failed (concrete, unbatched) solve got, as a sentence for its error: the
-    steps it took and the last save time whose state `x[k]` is finite (diffrax leaves the
-    saves it never reached non-finite). For `max_steps_reached` also a lower bound on the
-    steps the horizon `sol.ts[-1]` needs at the pace so far (the solve stopped before the
-    first save it did not reach); a bound above 1e8, or dozens of steps none of them
-    accepted, reads as a stiff or extreme field, which more steps cannot help. Empty where
-    `sol` has no concrete times and steps."""
+def progress_message(sol, x, code: int, t0, t1) -> str:
+    """How far a failed (concrete, unbatched) solve from `t0` to `t1` got, as a sentence for
+    its error: the steps it took and the last save time whose state `x[k]` is finite
+    (diffrax leaves the saves it never reached non-finite). For `max_steps_reached` also a
+    lower bound on the steps the horizon needs at the pace so far: it stopped before the
+    first save it did not reach, so it covered less than that much of `t1 - t0`. A bound
+    above 1e8, or 50+ steps none of them accepted, reads as a stiff or extreme field, which
+    more steps cannot help; where the save times are too sparse for a useful bound (one
+    barely above the steps taken) it says so. Empty where `sol` has no concrete times and steps."""
     try:
         ts = np.asarray(sol.ts, np.float64).reshape(-1)
         steps = int(np.asarray(sol.num_steps))
         accepted = int(np.asarray(sol.num_accepted_steps))
         rows = np.asarray(x).reshape(ts.shape[0], -1)
+        t0, t1 = float(t0), float(t1)
     except Exception:  # traced, or shapes this sentence does not know: the plain message
         return ""
     finite = np.all(np.isfinite(rows), axis=1)
     reached = ts.shape[0] if finite.all() else int(np.argmin(finite))
-    t0, t1 = ts[0], ts[-1]
     if reached == 0:
-        where = f"it reached no save time (the first is t = {t0:.6g})"
+        where = f"it reached no save time (the first is t = {ts[0]:.6g}; t1 = {t1:.6g})"
     else:
-        where = f"the last save reached is t = {ts[reached - 1]:.6g} of {t1:.6g}"
+        where = f"the last save reached is t = {ts[reached - 1]:.6g} (t1 = {t1:.6g})"
     out = f" It stopped after {steps} steps ({accepted} accepted); {where}."
-    if code != int(RESULTS.max_steps_reached._value) or reached == ts.shape[0]:
+    if code != int(RESULTS.max_steps_reached._value):
         return out
     stiff = (
         " The field is stiff or extremely large there (check the size of the weights and "
         "of beta), or shorten t1."
     )
-    if accepted == 0:
-        return out + (
-            " None was accepted: more max_steps cannot help." + stiff if steps >= 50 else ""
-        )
-    # It stopped before ts[reached]: at most that much of the horizon was covered.
-    covered = ts[reached] - t0
+    if accepted == 0 and steps >= 50:
+        return out + " None was accepted: more max_steps cannot help." + stiff
+    # It stopped before the first save it did not reach (or before t1, all saves reached).
+    before = ts[reached] if reached < ts.shape[0] else t1
+    covered = before - t0
     need = steps * (t1 - t0) / covered if covered > 0 else np.inf
-    if need > 1e8:
+    if need > 1e8 and accepted > 0:
         return (
             out
             + f" At that pace t = {t1:.6g} needs over {need:.2g} steps: more max_steps cannot help."
             + stiff
         )
+    if not need >= 1.1 * steps:
+        return out + " The save times are too sparse to bound the steps it needs: raise max_steps."
     return (
         out
         + f" At that pace t = {t1:.6g} needs at least {need:.2g} steps: raise max_steps above that."
@@ -1276,6 +1281,6 @@ def simulate(
         value = deviation if deviation <= float(jnp.finfo(held).max) else np.inf
         traj = eqx.tree_at(lambda tr: tr.initial_deviation, traj, jnp.asarray(value, held))
     if throw:
-        xs = raise_on_failure("simulate", traj.result, traj.xs, "Trajectory.result", traj)
+        xs = raise_on_failure("simulate", traj.result, traj.xs, "Trajectory.result", traj, (t0, t1))
         traj = eqx.tree_at(lambda tr: tr.xs, traj, xs)
     return traj

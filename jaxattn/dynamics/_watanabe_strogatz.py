@@ -791,6 +791,7 @@ def solve_watanabe_strogatz(
             sol.zeta,
             "WatanabeStrogatzSolution.result",
             sol,
+            (t0, t1),
         )
         sol = eqx.tree_at(lambda s: s.zeta, sol, zeta)
     return sol

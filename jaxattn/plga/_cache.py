@@ -276,6 +276,17 @@ TEMPERATURE_MAX = float(np.finfo(np.float32).max)
 """The largest sampling temperature: the sampler divides in float32 or wider."""
 
 
+def _is_integer(x) -> bool:
+    """An integer that is not a bool: a Python or NumPy integer, or a 0-d integer array
+    (NumPy or JAX, concrete or traced)."""
+    if isinstance(x, (bool, np.bool_)):
+        return False
+    if isinstance(x, (int, np.integer)):
+        return True
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and np.ndim(x) == 0 and jnp.issubdtype(dtype, jnp.integer)
+
+
 def top_p_problem(top_p) -> str | None:
     """Why `top_p` is not a nucleus mass in (0, 1] (None when it is); `generate` and the
     `--top-p` of `jaxattn plga generate` both ask."""
@@ -388,18 +399,14 @@ def generate(
     kind = _check_kind(cache)
     if sampling not in ("greedy", "top_p"):
         raise ValueError(f"`sampling` must be 'greedy' or 'top_p', got {sampling!r}.")
-    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(
-        max_new_tokens, (int, np.integer)
-    ):
+    if not _is_integer(max_new_tokens) or isinstance(max_new_tokens, jax.core.Tracer):
         raise ValueError(f"`max_new_tokens` must be an integer ≥ 1, got {max_new_tokens!r}.")
     max_new_tokens = int(max_new_tokens)
     if max_new_tokens < 1:
         raise ValueError(f"`max_new_tokens` must be ≥ 1, got {max_new_tokens}.")
     vocab = model.config.vocab_size
-    if eos_id is not None and (
-        isinstance(eos_id, (bool, np.bool_))
-        or not isinstance(eos_id, (int, np.integer))
-        or not 0 <= int(eos_id) < vocab
+    if eos_id is not None and not (
+        _is_integer(eos_id) and (isinstance(eos_id, jax.core.Tracer) or 0 <= int(eos_id) < vocab)
     ):
         raise ValueError(f"`eos_id` must be a token id in [0, {vocab}) or None, got {eos_id!r}.")
     prompt = model.check_ids(prompt_ids, name="prompt_ids")
@@ -440,7 +447,7 @@ def generate(
         key,
         top_p_arr,
         temperature_arr,
-        jnp.asarray(-1 if eos_id is None else int(eos_id), jnp.int32),
+        jnp.asarray(-1 if eos_id is None else eos_id, jnp.int32),
         max_new_tokens=max_new_tokens,
         kind=kind,
         sampling=sampling,

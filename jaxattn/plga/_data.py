@@ -138,16 +138,22 @@ class Tokenizer:
 
         **Raises:** `ValueError` for ids that are not integers or lie outside
         `[0, vocab_size)`."""
-        ids = list(np.asarray(ids).reshape(-1)) if hasattr(ids, "shape") else list(ids)
-        wrong = [
-            i
-            for i in ids
-            if isinstance(i, (bool, np.bool_))
-            or not isinstance(i, (int, float, np.integer, np.floating))
-            or not float(i).is_integer()
-        ]
-        if wrong:
-            raise ValueError(f"decode: token ids must be integers, got {wrong[:5]}")
+        try:
+            arr = np.asarray(ids if hasattr(ids, "shape") else list(ids))
+        except TypeError:
+            raise ValueError(
+                f"decode: ids must be a sequence of token ids, got {type(ids).__name__}"
+            ) from None
+        if arr.ndim != 1 and arr.size:
+            raise ValueError(f"decode: ids must be one sequence (1-D), got shape {arr.shape}")
+        integral = arr.dtype.kind in "iu" or (
+            arr.dtype.kind == "f" and bool(np.all(np.isfinite(arr) & (arr == np.round(arr))))
+        )
+        if not integral:
+            raise ValueError(
+                f"decode: token ids must be integers, got {arr.reshape(-1)[:5].tolist()}"
+            )
+        ids = arr.reshape(-1)
         ids = [int(i) for i in ids]
         bad = [i for i in ids if not 0 <= i < self.vocab_size]
         if bad:

@@ -403,16 +403,25 @@ def _run_manifest(model, config: TrainConfig, extra, data: TextData | None = Non
 
 
 def _drop_partial_record(path: pathlib.Path, say) -> None:
-    """Cut an unterminated last line off `metrics.jsonl` (a write that a crash or a kill cut
-    short) before appending: otherwise the next record is glued onto it and both are lost.
-    The steps it recorded are after the last checkpoint, so the resumed run writes them
-    again."""
+    """Mend an unterminated last line of `metrics.jsonl` before appending, or the next record
+    would be glued onto it and both lost: a line that is not a record (a write cut short by a
+    crash or a kill; its steps are after the last checkpoint, so the resumed run writes them
+    again) is cut off, and said; a whole record merely missing its newline (an editor or a
+    sync tool stripped it) gets the newline back."""
     if not path.is_file():
         return
     blob = path.read_bytes()
     if not blob or blob.endswith(b"\n"):
         return
     keep = blob.rfind(b"\n") + 1
+    try:
+        whole = isinstance(json.loads(blob[keep:]), dict)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        whole = False
+    if whole:
+        with open(path, "ab") as f:
+            f.write(b"\n")
+        return
     with open(path, "r+b") as f:
         f.truncate(keep)
     say(f"{path}: dropped an unfinished last record ({len(blob) - keep} bytes, cut off mid-write)")
