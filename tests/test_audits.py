@@ -337,6 +337,8 @@ def test_commutant_residual_and_energy_curvature_audit_name_bad_input():
     g[0, 1, 2, 3] = np.nan
     with pytest.raises(ValueError, match=r"1 non-finite entries .* index \[0, 1, 2, 3\]"):
         energy_curvature_audit(g)
+    with pytest.raises(ValueError, match=r"`g` must be real, got complex128 entries"):
+        energy_curvature_audit(np.zeros((1, 2, 4, 4)) * 1j)
 
 
 def test_summarise():

@@ -498,9 +498,13 @@ def energy_curvature_audit(
 
     **Arguments:** `g` of shape `(layers, heads, dk, dk)`; `rope` the RoPE pairing.
 
-    **Raises:** `ValueError` if `g` is not 4-dimensional and square, or has NaN or infinite
-    entries (its singular value decomposition is then undefined).
+    **Raises:** `ValueError` if `g` is complex, not 4-dimensional and square, or has NaN or
+    infinite entries (its singular value decomposition is then undefined).
     """
+    if np.iscomplexobj(g):  # float64 would drop the imaginary part with only a warning
+        raise ValueError(
+            f"energy_curvature_audit: `g` must be real, got {np.asarray(g).dtype} entries."
+        )
     g = np.asarray(g, dtype=np.float64)
     if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
         raise ValueError(
