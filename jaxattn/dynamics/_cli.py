@@ -263,6 +263,9 @@ def _check_sizes(args, d: int | None = None) -> None:
     matrices), before anything is built: a huge --n, --d or --num-save is refused by name,
     not as an allocation failure deep inside NumPy or XLA. With --A/--V files `d` is theirs,
     checked again once they are read."""
+    from types import SimpleNamespace
+
+    from ._solve import memory_estimate
     from ._sweep import available_memory
 
     if args.n < 1:
@@ -273,10 +276,12 @@ def _check_sizes(args, d: int | None = None) -> None:
         raise ValueError(f"--max-steps must be at least 1, got {args.max_steps}.")
     if d is None:
         d = 2 if args.d is None else max(int(args.d), 2)
-    n, saves = float(args.n), float(args.num_save)
-    quadratic = 2 if args.kernel in ("usa", "sa") else 0
-    itemsize = 4 if args.float32 else 8
-    need = itemsize * (quadratic * n * n + (saves + 16) * n * d + 6 * float(d) * d)
+    quadratic = args.kernel in ("usa", "sa")
+    dtype = np.float32 if args.float32 else np.float64
+    # The solve's own estimate (a flow is only asked its kernel), plus the A and V built here.
+    field = SimpleNamespace(kernel=args.kernel)
+    need = memory_estimate(field, args.n, args.num_save, d=d, dtype=dtype)
+    need += 2 * np.dtype(dtype).itemsize * d * d
     if need > 2**26 and need > (free := available_memory()) / 2:
         raise ValueError(
             f"--n {args.n}, d = {d}, --num-save {args.num_save} ({args.kernel.upper()}"

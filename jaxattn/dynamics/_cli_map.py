@@ -3,7 +3,6 @@
 import argparse
 import math
 import os
-import re
 import sys
 import time
 
@@ -247,8 +246,8 @@ def _run_map(args) -> int:
         m = _map(args, axes, fixed, runner)
     except ValueError as err:
         if "different sweep" in str(err):
-            found = re.search(r"holds a different sweep \((.*)\); pass", str(err), re.S)
-            what = f" ({found.group(1)})" if found else ""
+            found = getattr(err, "what", None)  # `DifferentSweepError`: what differs
+            what = f" ({found})" if found else ""
             raise ValueError(
                 f"{args.out} holds a different map{what}; pass another --out, or --overwrite "
                 "to replace it."

@@ -646,21 +646,18 @@ def promote_result(result) -> RESULTS:
     return RESULTS.where(result == RESULTS.dt_min_reached, RESULTS.time_stalled, result)
 
 
-def raise_on_failure(
-    where: str, result: RESULTS, x, result_field: str, sol=None, span: tuple | None = None
-):
+def raise_on_failure(where: str, result: RESULTS, x, result_field: str, sol, span: tuple):
     """`x` unchanged if `result` is `RESULTS.successful`; else an error that names the
     code: what `throw=True` does for the solvers.
 
     Outside `jit`/`vmap` (a concrete `result`) it is a plain `RuntimeError` raised here,
-    with the way to keep the result (`throw=False`, the code in `result_field`) and, given
+    with the way to keep the result (`throw=False`, the code in `result_field`) and, from
     the solution `sol` (a `Solution`, whose `x` holds one row per save time) and the solve's
     `span = (t0, t1)`, how far the solve got: its steps and the last save time it reached;
     for `max_steps_reached` also a lower bound on the steps the horizon needs
-    (`progress_message`). Traced, the
-    check runs with the program (`error_if`) and raises a `RuntimeError` subclass with the
-    code's message: equinox's `EquinoxRuntimeError` (`eqx.filter_jit`, `vmap`) or
-    `jax.errors.JaxRuntimeError` (plain `jax.jit`).
+    (`progress_message`). Traced, the check runs with the program (`error_if`) and raises
+    a `RuntimeError` subclass with the code's message: equinox's `EquinoxRuntimeError`
+    (`eqx.filter_jit`, `vmap`) or `jax.errors.JaxRuntimeError` (plain `jax.jit`).
 
     **Raises:** `RuntimeError` (concrete `result`) as above.
     """
@@ -672,7 +669,7 @@ def raise_on_failure(
         return x
     message = RESULTS._index_to_message[int(bad[0])].rstrip(".")
     progress = ""
-    if sol is not None and span is not None and codes.size == 1:
+    if codes.size == 1:
         progress = progress_message(sol, x, int(bad[0]), *span)
     raise RuntimeError(
         f"{where}: the solve did not succeed: {message}.{progress} Pass "

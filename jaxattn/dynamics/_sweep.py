@@ -2142,10 +2142,20 @@ def _read_manifest(out_dir) -> dict | None:
     return old
 
 
-def _different_sweep(out_dir, what) -> ValueError:
-    return ValueError(
+class DifferentSweepError(ValueError):
+    """An `out_dir` that holds another sweep; `what` names the settings that differ (for
+    callers that word the refusal their own way, e.g. `jaxattn map`)."""
+
+    def __init__(self, message: str, what: str):
+        super().__init__(message)
+        self.what = what
+
+
+def _different_sweep(out_dir, what) -> DifferentSweepError:
+    return DifferentSweepError(
         f"sweep: out_dir {out_dir!r} holds a different sweep ({what}); pass a new "
-        "out_dir or resume=False to overwrite."
+        "out_dir or resume=False to overwrite.",
+        what,
     )
 
 

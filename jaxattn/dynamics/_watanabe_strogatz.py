@@ -643,15 +643,11 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol, *, 
     # happiest with real pytrees, and the right-hand side then needs no trigonometry per
     # token): the squares of `e^{iψ_k/2}` (ψ = 0 for a rejected input).
     hc, hs = (jnp.where(invalid, x, h).astype(dtype) for x, h in zip((1, 0), consts.half_angle))
-    f0 = _ws_rhs(0.0, jnp.where(invalid, 0, y0), (A, V, beta, *_double_angle(hc, hs)))
+    w = _double_angle(hc, hs)
+    f0 = _ws_rhs(0.0, jnp.where(invalid, 0, y0), (A, V, beta, *w))
     overflow = ~invalid & ~jnp.all(jnp.isfinite(f0))
     invalid = invalid | overflow
-    args = (
-        jnp.where(invalid, 0, A),
-        jnp.where(invalid, 0, V),
-        jnp.where(invalid, 0, beta),
-        *_double_angle(hc, hs),
-    )
+    args = (jnp.where(invalid, 0, A), jnp.where(invalid, 0, V), jnp.where(invalid, 0, beta), *w)
     problem = Problem(
         term=diffrax.ODETerm(_ws_rhs),
         solver=DiscProjection(solver),
@@ -665,7 +661,7 @@ def prepare_watanabe_strogatz(A, V, beta, consts, dtype, solver, rtol, atol, *, 
         degenerate=degenerate,
         overflow=overflow,
         constants=consts,
-        w=args[3:],
+        w=w,
         half=(hc, hs),
     )
     return problem, checks
